@@ -1,0 +1,71 @@
+// Package kernel reads the parts of the running kernel's RDMA state that
+// nvmet-rebind needs: RDMA devices and the netdevs of their ports (RDMA
+// netlink, or sysfs /sys/class/infiniband), the live rdma_cm identifiers
+// (RDMA netlink RDMA_NLDEV_CMD_RES_CM_ID_GET, what `rdma resource show cm_id`
+// prints) and the IP addresses of netdevs (rtnetlink).
+//
+// Parsing is done by pure functions over recorded bytes; the sockets live in
+// _linux.go files. The package never logs and never decides anything.
+package kernel
+
+import (
+	"errors"
+	"net/netip"
+)
+
+// ErrUnsupported is returned when the running kernel (or the platform) has no
+// RDMA netlink: whether a listener is alive is then unknown.
+var ErrUnsupported = errors.New("rdma netlink is not available on this kernel (is ib_core loaded?)")
+
+// CM identifier states (enum rdma_cm_state, drivers/infiniband/core/cma_priv.h;
+// not part of the uapi).
+const (
+	CMStateConnect uint8 = 5
+	CMStateListen  uint8 = 8
+)
+
+// Port states (enum ib_port_state).
+const PortActive uint8 = 4
+
+// Device is one RDMA device (RDMA_NLDEV_CMD_GET, /sys/class/infiniband/<dev>).
+type Device struct {
+	Index    uint32 // RDMA_NLDEV_ATTR_DEV_INDEX; 0 is valid, never reused
+	Name     string // RDMA_NLDEV_ATTR_DEV_NAME; changes on rename, not an identity
+	NodeGUID uint64 // RDMA_NLDEV_ATTR_NODE_GUID, /sys/class/infiniband/<dev>/node_guid
+	NodeType uint8  // RDMA_NLDEV_ATTR_DEV_NODE_TYPE: 1 CA, 4 RNIC
+	Protocol string // RDMA_NLDEV_ATTR_DEV_PROTOCOL: "roce", "iw", "ib"
+	Ports    []Port // RDMA_NLDEV_CMD_PORT_GET, /sys/class/infiniband/<dev>/ports/<n>
+}
+
+// Port is one port of an RDMA device and the netdev under it.
+type Port struct {
+	Index       uint32 // RDMA_NLDEV_ATTR_PORT_INDEX
+	State       uint8  // RDMA_NLDEV_ATTR_PORT_STATE: 4 ACTIVE
+	PhysState   uint8  // RDMA_NLDEV_ATTR_PORT_PHYS_STATE: 5 LINK_UP
+	NetdevIndex uint32 // RDMA_NLDEV_ATTR_NDEV_INDEX; 0 when there is none
+	Netdev      string // RDMA_NLDEV_ATTR_NDEV_NAME; "" when there is none
+}
+
+// CMID is one rdma_cm identifier of the RES_CM_ID table.
+type CMID struct {
+	DevIndex uint32         // RDMA_NLDEV_ATTR_DEV_INDEX of the table
+	DevName  string         // RDMA_NLDEV_ATTR_DEV_NAME of the table
+	Port     uint32         // RDMA_NLDEV_ATTR_PORT_INDEX; 0 = absent (wildcard child)
+	State    uint8          // RDMA_NLDEV_ATTR_RES_STATE: 8 LISTEN, 5 CONNECT
+	PS       uint32         // RDMA_NLDEV_ATTR_RES_PS: 0x106 TCP
+	Src      netip.AddrPort // RDMA_NLDEV_ATTR_RES_SRC_ADDR
+	Dst      netip.AddrPort // RDMA_NLDEV_ATTR_RES_DST_ADDR; invalid when absent
+	CMIDN    uint32         // RDMA_NLDEV_ATTR_RES_CM_IDN
+	KernName string         // RDMA_NLDEV_ATTR_RES_KERN_NAME: "nvmet_rdma", "ib_isert"
+	PID      uint32         // RDMA_NLDEV_ATTR_RES_PID; 0 = absent
+}
+
+// Listening reports whether the identifier is in the LISTEN state.
+func (c CMID) Listening() bool { return c.State == CMStateListen }
+
+// Addr is one IP address on a netdev (rtnetlink RTM_GETADDR).
+type Addr struct {
+	Ifindex int        // ifa_index
+	Netdev  string     // IFLA_IFNAME of that link
+	IP      netip.Addr // IFA_LOCAL / IFA_ADDRESS, unmapped
+}
