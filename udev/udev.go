@@ -1,0 +1,201 @@
+// Package udev turns the kernel's event streams into hints for the reconciler:
+// kobject uevents (NETLINK_KOBJECT_UEVENT, kernel group: SUBSYSTEM=infiniband and
+// SUBSYSTEM=net add/remove/move) and rtnetlink address and link changes.
+//
+// A hint only says "look again"; this package never decides anything. Every
+// stream resubscribes after an error and then pokes a Resync hint, because
+// events may have been lost in between. The package does not log: what went
+// wrong is reported in Hint.Reason and counted in Stats.
+package udev
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// Hint sources.
+const (
+	SourceUevent    = "uevent"
+	SourceRtnetlink = "rtnetlink"
+)
+
+// Hint pokes the reconciler. It carries no state to act on: the reconciler
+// always reads the full observed state.
+type Hint struct {
+	Source string // SourceUevent or SourceRtnetlink
+	Reason string // for humans: "infiniband add rxe0", "resync after uevent socket: read: no buffer space available"
+	Resync bool   // events may have been lost (a (re)connect or an unparsable event)
+}
+
+// Event is one kernel uevent datagram: "ACTION@DEVPATH\0KEY=VALUE\0...".
+type Event struct {
+	Action     string            // ACTION: add, remove, move, change, ...
+	Subsystem  string            // SUBSYSTEM: infiniband, net, ...
+	Devpath    string            // DEVPATH below /sys: /devices/virtual/infiniband/rxe0
+	DevpathOld string            // DEVPATH_OLD, set on move (rename)
+	Name       string            // kobject name, the last element of DEVPATH: rxe0, veth0
+	Seqnum     uint64            // SEQNUM
+	Env        map[string]string // every KEY=VALUE pair
+}
+
+// maxUeventLen bounds a datagram: the kernel builds the environment in a
+// 2048-byte buffer (UEVENT_BUFFER_SIZE) and prefixes "ACTION@DEVPATH\0".
+const maxUeventLen = 8192
+
+// newEvent validates what the kernel always sends (ACTION and DEVPATH
+// repeating the header, SUBSYSTEM, SEQNUM) and builds an Event.
+func newEvent(action, devpath string, env map[string]string) (Event, error) {
+	obj := action + "@" + devpath
+	if devpath == "" || devpath[0] != '/' {
+		return Event{}, fmt.Errorf("uevent %q: devpath is not absolute", obj)
+	}
+	if got, ok := env["ACTION"]; !ok || got != action {
+		return Event{}, fmt.Errorf("uevent %q: ACTION=%q does not match the header", obj, got)
+	}
+	if got, ok := env["DEVPATH"]; !ok || got != devpath {
+		return Event{}, fmt.Errorf("uevent %q: DEVPATH=%q does not match the header", obj, got)
+	}
+	sub := env["SUBSYSTEM"]
+	if sub == "" {
+		return Event{}, fmt.Errorf("uevent %q: no SUBSYSTEM", obj)
+	}
+	seq, err := strconv.ParseUint(env["SEQNUM"], 10, 64)
+	if err != nil {
+		return Event{}, fmt.Errorf("uevent %q: SEQNUM: %w", obj, err)
+	}
+	return Event{
+		Action:     action,
+		Subsystem:  sub,
+		Devpath:    devpath,
+		DevpathOld: env["DEVPATH_OLD"],
+		Name:       path.Base(devpath),
+		Seqnum:     seq,
+		Env:        env,
+	}, nil
+}
+
+// Relevant reports whether e can change where listeners may bind: an RDMA
+// device (SUBSYSTEM=infiniband) or a netdev (SUBSYSTEM=net) added, removed or
+// renamed. infiniband_verbs, infiniband_mad, module and the rest are not.
+func Relevant(e Event) (Hint, bool) {
+	switch e.Subsystem {
+	case "infiniband", "net":
+	default:
+		return Hint{}, false
+	}
+	switch e.Action {
+	case "add", "remove", "move":
+	default:
+		return Hint{}, false
+	}
+	reason := e.Subsystem + " " + e.Action + " " + e.Name
+	if e.DevpathOld != "" {
+		reason += " (was " + path.Base(e.DevpathOld) + ")"
+	}
+	return Hint{Source: SourceUevent, Reason: reason}, true
+}
+
+// Options tunes WatchUevents and WatchRtnetlink. The zero value is usable.
+type Options struct {
+	// Stats, if set, is where the watcher counts; share one between watchers.
+	Stats *Stats
+	// MinBackoff and MaxBackoff bound the wait before reconnecting after a
+	// failed dial or a short-lived connection (default 100 ms and 5 s).
+	// A connection that lived MaxBackoff or longer reconnects at once.
+	MinBackoff, MaxBackoff time.Duration
+	// ReceiveBuffer is the socket receive buffer in bytes (default 16 MiB).
+	// SO_RCVBUFFORCE is tried first; without CAP_NET_ADMIN the kernel caps
+	// SO_RCVBUF at net.core.rmem_max.
+	ReceiveBuffer int
+	// Dial opens the uevent socket (default: go-udev's UEventConn in
+	// KernelEvent mode). Tests inject recorded datagrams here.
+	Dial func() (Conn, error)
+}
+
+func (o Options) withDefaults() Options {
+	if o.Stats == nil {
+		o.Stats = new(Stats)
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = 100 * time.Millisecond
+	}
+	if o.MaxBackoff < o.MinBackoff {
+		o.MaxBackoff = max(5*time.Second, o.MinBackoff)
+	}
+	if o.ReceiveBuffer <= 0 {
+		o.ReceiveBuffer = 16 << 20
+	}
+	return o
+}
+
+// Stats counts what the watchers saw. The zero value is ready; it is safe
+// for concurrent use.
+type Stats struct {
+	uevent, rtnetlink counters
+}
+
+type counters struct {
+	events, hints, errors, reconnects, resyncs atomic.Uint64
+}
+
+// Counts is a snapshot of one source's counters.
+type Counts struct {
+	Events     uint64 // uevent datagrams read, rtnetlink updates received
+	Hints      uint64 // relevant (non-resync) hints poked
+	Errors     uint64 // failed dials/subscriptions, read errors, unparsable datagrams, error callbacks
+	Reconnects uint64 // sockets reopened (uevent) or subscriptions renewed (rtnetlink)
+	Resyncs    uint64 // Resync hints poked, including the one after the first connect
+}
+
+// StatsSnapshot holds the counts of both sources.
+type StatsSnapshot struct {
+	Uevent    Counts
+	Rtnetlink Counts
+}
+
+// Snapshot returns the current counts.
+func (s *Stats) Snapshot() StatsSnapshot {
+	return StatsSnapshot{Uevent: s.uevent.load(), Rtnetlink: s.rtnetlink.load()}
+}
+
+func (c *counters) load() Counts {
+	return Counts{
+		Events:     c.events.Load(),
+		Hints:      c.hints.Load(),
+		Errors:     c.errors.Load(),
+		Reconnects: c.reconnects.Load(),
+		Resyncs:    c.resyncs.Load(),
+	}
+}
+
+// backoff doubles from min to max; reset starts over.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	return b.cur
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// wait returns false when ctx is done first.
+func wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,107 @@
+package udev
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+)
+
+// Conn is the kernel uevent socket, small enough to fake.
+type Conn interface {
+	// ReadMsg returns one datagram. When nothing arrived within a short poll
+	// interval it returns an error matching os.ErrDeadlineExceeded, so that
+	// the reader can notice a cancelled context.
+	ReadMsg() ([]byte, error)
+	Close() error
+}
+
+// WatchUevents reads kernel uevents and pokes a hint for each relevant one
+// (see Relevant). After opening the socket, and after every reconnect, it
+// pokes a Resync hint. On a read error (ENOBUFS when the receive buffer
+// overflowed, included) it closes the socket, reopens it, with backoff when
+// that fails, and resyncs. poke must not block.
+//
+// It returns ctx.Err() when ctx is done, or an error wrapping
+// errors.ErrUnsupported on systems without uevents; never otherwise.
+func WatchUevents(ctx context.Context, poke func(Hint), opts Options) error {
+	o := opts.withDefaults()
+	if o.Dial == nil {
+		rcvbuf := o.ReceiveBuffer
+		o.Dial = func() (Conn, error) { return dialUevents(rcvbuf) }
+	}
+	st := &o.Stats.uevent
+	b := backoff{min: o.MinBackoff, max: o.MaxBackoff}
+	reason := "uevent socket open"
+	for {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		conn, err := o.Dial()
+		if err != nil {
+			if errors.Is(err, errors.ErrUnsupported) {
+				return err
+			}
+			st.errors.Add(1)
+			reason = fmt.Sprintf("resync after %v", err)
+			if !wait(ctx, b.next()) {
+				return ctx.Err()
+			}
+			continue
+		}
+		st.resyncs.Add(1)
+		poke(Hint{Source: SourceUevent, Reason: reason, Resync: true})
+
+		start := time.Now()
+		err = readUevents(ctx, conn, poke, st)
+		err = errors.Join(err, conn.Close())
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		st.errors.Add(1)
+		st.reconnects.Add(1)
+		reason = fmt.Sprintf("resync after %v", err)
+		if time.Since(start) >= o.MaxBackoff {
+			b.reset()
+		} else if !wait(ctx, b.next()) {
+			return ctx.Err()
+		}
+	}
+}
+
+// readUevents returns on the first read error, or nil when ctx is done.
+func readUevents(ctx context.Context, conn Conn, poke func(Hint), st *counters) error {
+	for ctx.Err() == nil {
+		msg, err := conn.ReadMsg()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("uevent socket: read: %w", err)
+		}
+		st.events.Add(1)
+		ev, err := ParseUevent(msg)
+		if err != nil {
+			st.errors.Add(1)
+			// An event of a watched subsystem that we cannot parse (go-udev
+			// rejects values containing '=') must not be lost.
+			if watchedSubsystem(msg) {
+				st.resyncs.Add(1)
+				poke(Hint{Source: SourceUevent, Reason: fmt.Sprintf("resync after %v", err), Resync: true})
+			}
+			continue
+		}
+		if h, ok := Relevant(ev); ok {
+			st.hints.Add(1)
+			poke(h)
+		}
+	}
+	return nil
+}
+
+func watchedSubsystem(msg []byte) bool {
+	return bytes.Contains(msg, []byte("\x00SUBSYSTEM=infiniband\x00")) ||
+		bytes.Contains(msg, []byte("\x00SUBSYSTEM=net\x00"))
+}
