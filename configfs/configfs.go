@@ -1,0 +1,489 @@
+// Package configfs gives typed access to the kernel's NVMe-oF target tree
+// (<root>/nvmet) and LIO iSCSI tree (<root>/target/iscsi) under a configfs
+// root that is a value, not a constant.
+//
+// It knows the kernel's object rules (a port is enabled by its first subsystem
+// link, `iser` adds or removes the iSER listener of a network portal) but not
+// why anything is done. Names read from the tree are validated so that no
+// path ever leaves the root, attribute reads are bounded, and every write goes
+// through an Ops seam so that tests can put a fake kernel behind it.
+package configfs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// maxAttr bounds every attribute read: configfs attributes are at most a page.
+const maxAttr = 4096
+
+// Ops performs the writes and the ordered directory reads. The real kernel is
+// OSOps; configfstest.Fake stands in for it in tests.
+type Ops interface {
+	// ReadDirNames lists a directory in the order its entries were created.
+	ReadDirNames(dir string) ([]string, error)
+	// Symlink creates link pointing at target (ln -s target link).
+	Symlink(target, link string) error
+	// Remove removes a symlink or an empty configfs group (unlink/rmdir).
+	Remove(path string) error
+	// WriteAttr writes an attribute in place, once (echo value > path).
+	WriteAttr(path, value string) error
+}
+
+// OSOps is the real kernel: plain system calls on configfs.
+type OSOps struct{}
+
+// ReadDirNames returns entries in creation order. configfs adds a new
+// dirent at the head of its parent's list, so readdir returns the newest
+// first; reversing gives creation order.
+func (OSOps) ReadDirNames(dir string) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	slices.Reverse(names)
+	return names, nil
+}
+
+// Symlink implements Ops.
+func (OSOps) Symlink(target, link string) error { return os.Symlink(target, link) }
+
+// Remove implements Ops.
+func (OSOps) Remove(path string) error { return os.Remove(path) }
+
+// WriteAttr implements Ops. configfs attributes take one write(2); a
+// partial write or a short count is an error.
+func (OSOps) WriteAttr(path, value string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write([]byte(value + "\n")); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// FS is a configfs tree under Root.
+type FS struct {
+	root string
+	ops  Ops
+}
+
+// New returns the tree under root (normally /sys/kernel/config) using the
+// real kernel's system calls.
+func New(root string) *FS { return NewWithOps(root, OSOps{}) }
+
+// NewWithOps returns the tree under root with writes going through ops.
+func NewWithOps(root string, ops Ops) *FS {
+	return &FS{root: filepath.Clean(root), ops: ops}
+}
+
+// Root returns the configfs root.
+func (f *FS) Root() string { return f.root }
+
+// Link is one port→subsystem symlink, nvmet/ports/<id>/subsystems/<Name>.
+type Link struct {
+	Name string `json:"name"` // the link's own name (normally the NQN)
+	NQN  string `json:"nqn"`  // the subsystem it points at (nvmet/subsystems/<NQN>)
+}
+
+// Port is one NVMe-oF target port, nvmet/ports/<ID>.
+type Port struct {
+	ID      string // nvmet/ports/<ID>
+	Trtype  string // addr_trtype: rdma, tcp, fc, loop, pci
+	Adrfam  string // addr_adrfam: ipv4, ipv6, ib, fc, loop
+	Traddr  string // addr_traddr: bare address, no brackets for IPv6
+	Trsvcid string // addr_trsvcid: the service (TCP/RDMA port) as text
+	Links   []Link // subsystems/*: in creation order
+	// Err is set when the port could not be read completely (garbage in an
+	// attribute, a link pointing outside the tree); such a port is shown,
+	// never touched.
+	Err error
+}
+
+// Addr returns the port's address and service, or an error naming the port
+// when they do not parse (an unset traddr, a name, garbage).
+func (p Port) Addr() (netip.AddrPort, error) {
+	ip, err := netip.ParseAddr(p.Traddr)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("nvmet port %s: addr_traddr %q is not an IP address", p.ID, p.Traddr)
+	}
+	if ip.Zone() != "" {
+		return netip.AddrPort{}, fmt.Errorf("nvmet port %s: addr_traddr %q: zoned addresses are not supported", p.ID, p.Traddr)
+	}
+	svc, err := strconv.ParseUint(p.Trsvcid, 10, 16)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("nvmet port %s: addr_trsvcid %q is not a port number", p.ID, p.Trsvcid)
+	}
+	return netip.AddrPortFrom(ip.Unmap(), uint16(svc)), nil
+}
+
+// Portal is one LIO iSCSI network portal,
+// target/iscsi/<IQN>/<TPG>/np/<NP>.
+type Portal struct {
+	IQN  string         // target/iscsi/<IQN>
+	TPG  string         // tpgt_<N>
+	NP   string         // np/<ip>:<port> or np/[<v6>]:<port>
+	Addr netip.AddrPort // parsed from NP
+	ISER bool           // np/<NP>/iser reads 1
+	Err  error          // set when the portal could not be read completely
+}
+
+// ID names the portal the way status and journals do: <iqn>/<tpgt_N>/<np>.
+func (p Portal) ID() string { return p.IQN + "/" + p.TPG + "/" + p.NP }
+
+// ParseNP parses an np directory name: "192.0.2.1:3260" or
+// "[2001:db8::1]:3260" (the form iscsi_target_configfs.c accepts).
+func ParseNP(name string) (netip.AddrPort, error) {
+	ap, err := netip.ParseAddrPort(name)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("np %q is not <ip>:<port> or [<ipv6>]:<port>", name)
+	}
+	if ap.Addr().Zone() != "" || ap.Addr().Is4In6() {
+		return netip.AddrPort{}, fmt.Errorf("np %q: zoned or IPv4-mapped addresses are not supported", name)
+	}
+	return ap, nil
+}
+
+// ParsePortalID splits "<iqn>/<tpgt_N>/<np>".
+func ParsePortalID(id string) (iqn, tpg, np string, err error) {
+	parts := strings.Split(id, "/")
+	if len(parts) != 3 {
+		return "", "", "", fmt.Errorf("portal %q: want <iqn>/tpgt_<N>/<ip>:<port>", id)
+	}
+	for _, p := range parts {
+		if err := checkName(p); err != nil {
+			return "", "", "", fmt.Errorf("portal %q: %w", id, err)
+		}
+	}
+	return parts[0], parts[1], parts[2], nil
+}
+
+// checkName refuses a directory entry that could lead out of the tree or
+// confuse a line-oriented reader.
+func checkName(name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
+		return fmt.Errorf("invalid name %q", name)
+	}
+	for _, r := range name {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("invalid name %q: control character", name)
+		}
+	}
+	return nil
+}
+
+func (f *FS) nvmet(elem ...string) string {
+	return filepath.Join(append([]string{f.root, "nvmet"}, elem...)...)
+}
+
+func (f *FS) iscsi(elem ...string) string {
+	return filepath.Join(append([]string{f.root, "target", "iscsi"}, elem...)...)
+}
+
+// readAttr reads one attribute, bounded and trimmed. A missing attribute
+// is fs.ErrNotExist.
+func readAttr(path string) (string, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer fh.Close()
+	b, err := io.ReadAll(io.LimitReader(fh, maxAttr+1))
+	if err != nil {
+		return "", err
+	}
+	if len(b) > maxAttr {
+		return "", fmt.Errorf("%s: attribute larger than %d bytes", path, maxAttr)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// names lists a directory through Ops, dropping invalid names. A missing
+// directory is an empty list when optional.
+func (f *FS) names(dir string, optional bool) ([]string, error) {
+	names, err := f.ops.ReadDirNames(dir)
+	if err != nil {
+		if optional && errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	out := names[:0]
+	for _, n := range names {
+		if checkName(n) == nil {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// Ports lists every nvmet port. A missing nvmet tree (module not loaded) is
+// an empty list.
+func (f *FS) Ports() ([]Port, error) {
+	ids, err := f.names(f.nvmet("ports"), true)
+	if err != nil {
+		return nil, fmt.Errorf("nvmet ports: %w", err)
+	}
+	ports := make([]Port, 0, len(ids))
+	for _, id := range ids {
+		p, err := f.Port(id)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // removed while we read
+		}
+		if err != nil {
+			return nil, err
+		}
+		ports = append(ports, p)
+	}
+	slices.SortStableFunc(ports, func(a, b Port) int { return comparePortIDs(a.ID, b.ID) })
+	return ports, nil
+}
+
+func comparePortIDs(a, b string) int {
+	ai, aerr := strconv.Atoi(a)
+	bi, berr := strconv.Atoi(b)
+	if aerr == nil && berr == nil {
+		return ai - bi
+	}
+	return strings.Compare(a, b)
+}
+
+// Port reads nvmet/ports/<id>. A missing port is fs.ErrNotExist. Problems
+// with the port's content are reported in Port.Err, not as an error.
+func (f *FS) Port(id string) (Port, error) {
+	if err := checkName(id); err != nil {
+		return Port{}, fmt.Errorf("nvmet port: %w", err)
+	}
+	dir := f.nvmet("ports", id)
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return Port{}, fmt.Errorf("nvmet port %s: %w", id, err)
+	}
+	if !st.IsDir() {
+		return Port{}, fmt.Errorf("nvmet port %s: %w", id, fs.ErrNotExist)
+	}
+	p := Port{ID: id}
+	for _, a := range []struct {
+		name string
+		dst  *string
+	}{{"addr_trtype", &p.Trtype}, {"addr_adrfam", &p.Adrfam}, {"addr_traddr", &p.Traddr}, {"addr_trsvcid", &p.Trsvcid}} {
+		v, err := readAttr(filepath.Join(dir, a.name))
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				if _, serr := os.Lstat(dir); errors.Is(serr, fs.ErrNotExist) {
+					return Port{}, fmt.Errorf("nvmet port %s: %w", id, serr)
+				}
+			}
+			p.Err = fmt.Errorf("nvmet port %s: %s: %w", id, a.name, err)
+			continue
+		}
+		*a.dst = v
+	}
+	links, err := f.links(id)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return Port{}, err
+		}
+		if p.Err == nil {
+			p.Err = err
+		}
+	}
+	p.Links = links
+	return p, nil
+}
+
+// links reads ports/<id>/subsystems/*, resolving every symlink and
+// refusing any that points outside nvmet/subsystems of this root.
+func (f *FS) links(id string) ([]Link, error) {
+	dir := f.nvmet("ports", id, "subsystems")
+	names, err := f.names(dir, false)
+	if err != nil {
+		return nil, fmt.Errorf("nvmet port %s: subsystems: %w", id, err)
+	}
+	subsys := f.nvmet("subsystems")
+	var links []Link
+	for _, n := range names {
+		target, err := os.Readlink(filepath.Join(dir, n))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return links, fmt.Errorf("nvmet port %s: link %q: %w", id, n, err)
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(dir, target)
+		}
+		target = filepath.Clean(target)
+		if filepath.Dir(target) != subsys {
+			return links, fmt.Errorf("nvmet port %s: link %q points at %q, outside %s", id, n, target, subsys)
+		}
+		links = append(links, Link{Name: n, NQN: filepath.Base(target)})
+	}
+	return links, nil
+}
+
+// Portals lists every LIO iSCSI network portal. A missing target/iscsi
+// tree (iscsi_target_mod not loaded) is an empty list.
+func (f *FS) Portals() ([]Portal, error) {
+	iqns, err := f.names(f.iscsi(), true)
+	if err != nil {
+		return nil, fmt.Errorf("lio iscsi: %w", err)
+	}
+	var portals []Portal
+	for _, iqn := range iqns {
+		if !strings.Contains(iqn, ".") && !strings.Contains(iqn, ":") {
+			continue // discovery_auth and other non-target groups
+		}
+		tpgs, err := f.names(f.iscsi(iqn), true)
+		if err != nil {
+			return nil, fmt.Errorf("lio target %s: %w", iqn, err)
+		}
+		for _, tpg := range tpgs {
+			if !strings.HasPrefix(tpg, "tpgt_") {
+				continue
+			}
+			nps, err := f.names(f.iscsi(iqn, tpg, "np"), true)
+			if err != nil {
+				return nil, fmt.Errorf("lio target %s/%s: np: %w", iqn, tpg, err)
+			}
+			for _, np := range nps {
+				p, err := f.portal(iqn, tpg, np)
+				if errors.Is(err, fs.ErrNotExist) {
+					continue
+				}
+				if err != nil {
+					return nil, err
+				}
+				portals = append(portals, p)
+			}
+		}
+	}
+	slices.SortStableFunc(portals, func(a, b Portal) int { return strings.Compare(a.ID(), b.ID()) })
+	return portals, nil
+}
+
+// Portal reads one portal by its ID (<iqn>/<tpgt_N>/<np>).
+func (f *FS) Portal(id string) (Portal, error) {
+	iqn, tpg, np, err := ParsePortalID(id)
+	if err != nil {
+		return Portal{}, err
+	}
+	return f.portal(iqn, tpg, np)
+}
+
+func (f *FS) portal(iqn, tpg, np string) (Portal, error) {
+	p := Portal{IQN: iqn, TPG: tpg, NP: np}
+	dir := f.iscsi(iqn, tpg, "np", np)
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return Portal{}, fmt.Errorf("lio portal %s: %w", p.ID(), err)
+	}
+	if !st.IsDir() {
+		return Portal{}, fmt.Errorf("lio portal %s: %w", p.ID(), fs.ErrNotExist)
+	}
+	if p.Addr, err = ParseNP(np); err != nil {
+		p.Err = fmt.Errorf("lio portal %s: %w", p.ID(), err)
+	}
+	v, err := readAttr(filepath.Join(dir, "iser"))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		// ib_isert was never loaded on this kernel: no iser attribute.
+	case err != nil:
+		p.Err = fmt.Errorf("lio portal %s: iser: %w", p.ID(), err)
+	case v == "1":
+		p.ISER = true
+	case v == "0":
+	default:
+		p.Err = fmt.Errorf("lio portal %s: iser reads %q, want 0 or 1", p.ID(), v)
+	}
+	return p, nil
+}
+
+// Unlink removes ports/<id>/subsystems/<link.Name>. Unlinking the last
+// subsystem disables the port (the listener goes away).
+func (f *FS) Unlink(portID string, l Link) error {
+	if err := checkName(portID); err != nil {
+		return fmt.Errorf("nvmet port: %w", err)
+	}
+	if err := checkName(l.Name); err != nil {
+		return fmt.Errorf("nvmet port %s: %w", portID, err)
+	}
+	if err := f.ops.Remove(f.nvmet("ports", portID, "subsystems", l.Name)); err != nil {
+		return fmt.Errorf("nvmet port %s: unlink %q: %w", portID, l.Name, err)
+	}
+	return nil
+}
+
+// Relink creates ports/<id>/subsystems/<link.Name> → subsystems/<link.NQN>.
+// The first link enables the port; when the transport cannot bind, the
+// kernel refuses the link (EADDRNOTAVAIL: no netdev holds the address,
+// ENODEV: no RDMA device on it) and no link is left behind.
+func (f *FS) Relink(portID string, l Link) error {
+	for _, n := range []string{portID, l.Name, l.NQN} {
+		if err := checkName(n); err != nil {
+			return fmt.Errorf("nvmet port %s: relink: %w", portID, err)
+		}
+	}
+	target := f.nvmet("subsystems", l.NQN)
+	if err := f.ops.Symlink(target, f.nvmet("ports", portID, "subsystems", l.Name)); err != nil {
+		return fmt.Errorf("nvmet port %s: relink %q: %w", portID, l.Name, err)
+	}
+	return nil
+}
+
+// SubsystemExists reports whether nvmet/subsystems/<nqn> exists.
+func (f *FS) SubsystemExists(nqn string) (bool, error) {
+	if err := checkName(nqn); err != nil {
+		return false, fmt.Errorf("nvmet subsystem: %w", err)
+	}
+	_, err := os.Lstat(f.nvmet("subsystems", nqn))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("nvmet subsystem %s: %w", nqn, err)
+	}
+	return true, nil
+}
+
+// SetISER writes np/<np>/iser. 1 adds the iSER listener (refused with the
+// bind error when the address has no RDMA device); 0 removes it.
+func (f *FS) SetISER(portalID string, on bool) error {
+	iqn, tpg, np, err := ParsePortalID(portalID)
+	if err != nil {
+		return err
+	}
+	v := "0"
+	if on {
+		v = "1"
+	}
+	if err := f.ops.WriteAttr(f.iscsi(iqn, tpg, "np", np, "iser"), v); err != nil {
+		return fmt.Errorf("lio portal %s: write iser=%s: %w", portalID, v, err)
+	}
+	return nil
+}
+
+// Subsystems lists nvmet/subsystems/*.
+func (f *FS) Subsystems() ([]string, error) {
+	n, err := f.names(f.nvmet("subsystems"), true)
+	if err != nil {
+		return nil, fmt.Errorf("nvmet subsystems: %w", err)
+	}
+	return n, nil
+}

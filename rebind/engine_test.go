@@ -1,0 +1,513 @@
+package rebind_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nvmet-rebind/nvmet-rebind/configfs"
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/kernel"
+)
+
+const (
+	nqnA = "nqn.2024-01.lab:a"
+	nqnB = "nqn.2024-01.lab:b"
+	iqn  = "iqn.2024-01.lab:t"
+)
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time            { return c.t }
+func (c *clock) advance(d time.Duration)   { c.t = c.t.Add(d) }
+func newClock() *clock                     { return &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+
+// world is a fake kernel with rxe0 on veth0 holding 192.0.2.1 and
+// 2001:db8::1, an nvmet port 1 on 192.0.2.1:4420 with two subsystems, and
+// a LIO portal 192.0.2.1:3260 with iser=1 — all listening.
+type world struct {
+	t     *testing.T
+	k     *configfstest.Kernel
+	clk   *clock
+	state string
+	cfg   rebind.Config
+	fault func(string) bool
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	k := configfstest.New(t)
+	k.AddAddr("veth0", "192.0.2.1")
+	k.AddAddr("veth0", "2001:db8::1")
+	k.AddDevice("rxe0", 0x80dd69fffe0d1e0b, "veth0")
+	k.AddSubsystem(nqnA)
+	k.AddSubsystem(nqnB)
+	k.AddPort("1", "rdma", "ipv4", "192.0.2.1", "4420")
+	k.AddPortal(iqn, "tpgt_1", "192.0.2.1:3260")
+	admin := configfs.NewWithOps(k.Root, k.Admin())
+	must(t, admin.Relink("1", configfs.Link{Name: nqnA, NQN: nqnA}))
+	must(t, admin.Relink("1", configfs.Link{Name: nqnB, NQN: nqnB}))
+	must(t, admin.SetISER(iqn+"/tpgt_1/192.0.2.1:3260", true))
+	w := &world{t: t, k: k, clk: newClock(), state: t.TempDir(), cfg: rebind.DefaultConfig()}
+	return w
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (w *world) engine() *rebind.Engine {
+	w.t.Helper()
+	j, err := rebind.OpenJournal(w.state)
+	must(w.t, err)
+	return rebind.New(rebind.Options{FS: w.k.FS(), Kernel: w.k, Journal: j, Config: w.cfg, Now: w.clk.now, Fault: w.fault, StateDir: w.state})
+}
+
+func (w *world) reconcile(e *rebind.Engine) []rebind.Item {
+	w.t.Helper()
+	items, err := e.Reconcile(context.Background())
+	must(w.t, err)
+	return items
+}
+
+func (w *world) links(port string) []string {
+	p, err := w.k.FS().Port(port)
+	must(w.t, err)
+	var s []string
+	for _, l := range p.Links {
+		s = append(s, l.NQN)
+	}
+	return s
+}
+
+const portal = iqn + "/tpgt_1/192.0.2.1:3260"
+
+func (w *world) reset() {
+	w.k.RemoveDevice("rxe0")
+	w.k.AddDevice("rxe0", 0x80dd69fffe0d1e0b, "veth0")
+}
+
+func item(items []rebind.Item, id string) rebind.Item {
+	for _, it := range items {
+		if it.ID == id {
+			return it
+		}
+	}
+	return rebind.Item{}
+}
+
+func TestHealthyIsUntouched(t *testing.T) {
+	w := newWorld(t)
+	w.k.AddPort("2", "tcp", "ipv4", "192.0.2.1", "4420")
+	w.k.AddPort("3", "rdma", "ipv4", "0.0.0.0", "4430")
+	admin := configfs.NewWithOps(w.k.Root, w.k.Admin())
+	must(t, admin.Relink("3", configfs.Link{Name: nqnA, NQN: nqnA}))
+	e := w.engine()
+	items := w.reconcile(e)
+	if log := w.k.LogStrings(); len(log) != 0 {
+		t.Fatalf("writes on a healthy target: %q", log)
+	}
+	want := map[string]string{"1": "listening", portal: "listening", "2": `transport "tcp" is not rdma`, "3": "wildcard address: the kernel re-listens on new devices by itself"}
+	for id, r := range want {
+		if got := item(items, id).Reason; got != r {
+			t.Errorf("%s: reason %q, want %q", id, got, r)
+		}
+	}
+	// A reset kills 1 and the portal; the wildcard port is the kernel's job.
+	w.reset()
+	w.reconcile(e)
+	for _, l := range w.k.LogStrings() {
+		if strings.Contains(l, "ports/3/") || strings.Contains(l, "ports/2/") {
+			t.Errorf("wrote to an unmanaged port: %s", l)
+		}
+	}
+}
+
+func TestResetHeals(t *testing.T) {
+	w := newWorld(t)
+	e := w.engine()
+	w.reconcile(e)
+	w.reset()
+	if w.k.Listening("nvmet_rdma", "1") || w.k.Listening("ib_isert", portal) {
+		t.Fatal("fake: reset left a listener")
+	}
+	items := w.reconcile(e)
+	want := []string{
+		"remove nvmet/ports/1/subsystems/" + nqnA,
+		"remove nvmet/ports/1/subsystems/" + nqnB,
+		"symlink nvmet/ports/1/subsystems/" + nqnA + " " + nqnA,
+		"symlink nvmet/ports/1/subsystems/" + nqnB + " " + nqnB,
+		"write target/iscsi/" + iqn + "/tpgt_1/np/192.0.2.1:3260/iser 0",
+		"write target/iscsi/" + iqn + "/tpgt_1/np/192.0.2.1:3260/iser 1",
+	}
+	if diff := cmp.Diff(want, w.k.LogStrings()); diff != "" {
+		t.Errorf("writes (-want +got):\n%s", diff)
+	}
+	if !w.k.Listening("nvmet_rdma", "1") || !w.k.Listening("ib_isert", portal) {
+		t.Errorf("not healed: %s", w.k)
+	}
+	if diff := cmp.Diff([]string{nqnA, nqnB}, w.links("1")); diff != "" {
+		t.Errorf("link order (-want +got):\n%s", diff)
+	}
+	for _, id := range []string{"1", portal} {
+		if it := item(items, id); it.Reason != "listening" || it.Listening == nil || !*it.Listening {
+			t.Errorf("%s after heal: %+v", id, it)
+		}
+	}
+	// A second reconcile writes nothing.
+	w.k.ResetLog()
+	w.reconcile(e)
+	if log := w.k.LogStrings(); len(log) != 0 {
+		t.Errorf("writes after heal: %q", log)
+	}
+}
+
+func TestAddressEventAloneIsNoReason(t *testing.T) {
+	w := newWorld(t)
+	e := w.engine()
+	w.k.DelAddr("veth0", "192.0.2.1")
+	w.reconcile(e)
+	w.k.AddAddr("veth0", "192.0.2.1")
+	w.reconcile(e)
+	if log := w.k.LogStrings(); len(log) != 0 {
+		t.Errorf("writes after an address flap with live listeners: %q", log)
+	}
+}
+
+func TestAddressLateRetriesThenHeals(t *testing.T) {
+	w := newWorld(t)
+	e := w.engine()
+	w.reconcile(e)
+	w.k.DelNetdev("veth0") // IP and rxe0 gone
+	items := w.reconcile(e)
+	if it := item(items, "1"); it.Action != rebind.ActNone || !strings.Contains(it.Reason, "waiting for 192.0.2.1") {
+		t.Errorf("port 1 while the address is gone: %+v", it)
+	}
+	if log := w.k.LogStrings(); len(log) != 0 {
+		t.Fatalf("writes while nothing can bind: %q", log)
+	}
+	// The RDMA device comes back first, on a netdev without the address.
+	w.k.AddDevice("rxe0", 0x80dd69fffe0d1e0b, "veth0")
+	w.reconcile(e)
+	if log := w.k.LogStrings(); len(log) != 0 {
+		t.Fatalf("writes before the address is back: %q", log)
+	}
+	w.k.AddAddr("veth0", "192.0.2.1")
+	w.reconcile(e)
+	if !w.k.Listening("nvmet_rdma", "1") || !w.k.Listening("ib_isert", portal) {
+		t.Errorf("not healed: %s", w.k)
+	}
+}
+
+// A bind refused by the kernel keeps the journal and is retried with backoff.
+func TestRefusedBindRetries(t *testing.T) {
+	w := newWorld(t)
+	e := w.engine()
+	w.reconcile(e)
+	w.reset()
+	// The first relink is refused as if the address vanished at that moment.
+	fails := 1
+	w.k.Fault = func(n int, wr configfstest.Write) error {
+		if wr.Op == "symlink" && fails > 0 {
+			fails--
+			return &configfsErr{}
+		}
+		return nil
+	}
+	items := w.reconcile(e)
+	it := item(items, "1")
+	if it.RetryAt.IsZero() {
+		t.Fatalf("no retry scheduled: %+v", it)
+	}
+	if got := w.links("1"); len(got) != 0 {
+		t.Fatalf("links after the refused relink: %v", got)
+	}
+	// Before the backoff expires nothing is written.
+	w.k.ResetLog()
+	w.reconcile(e)
+	if log := w.k.LogStrings(); len(log) != 0 {
+		t.Fatalf("writes during backoff: %q", log)
+	}
+	w.clk.advance(time.Second)
+	w.reconcile(e)
+	if diff := cmp.Diff([]string{nqnA, nqnB}, w.links("1")); diff != "" {
+		t.Errorf("links (-want +got):\n%s", diff)
+	}
+	if !w.k.Listening("nvmet_rdma", "1") {
+		t.Error("port 1 not listening after the retry")
+	}
+}
+
+type configfsErr struct{}
+
+func (*configfsErr) Error() string { return "cannot assign requested address" }
+func (*configfsErr) Unwrap() error { return errAddrNotAvail }
+
+func TestAdminRemovalRespected(t *testing.T) {
+	w := newWorld(t)
+	w.k.AddPort("2", "rdma", "ipv4", "192.0.2.1", "4421")
+	admin := configfs.NewWithOps(w.k.Root, w.k.Admin())
+	must(t, admin.Relink("2", configfs.Link{Name: nqnA, NQN: nqnA}))
+	e := w.engine()
+	w.reconcile(e)
+	w.k.RemoveDevice("rxe0")
+	w.reconcile(e) // sees them dead, cannot act
+	must(t, admin.Unlink("1", configfs.Link{Name: nqnB, NQN: nqnB}))
+	must(t, w.k.RemovePort("2"))
+	must(t, admin.SetISER(portal, false))
+	w.k.AddDevice("rxe0", 0x80dd69fffe0d1e0b, "veth0")
+	w.reconcile(e)
+	if diff := cmp.Diff([]string{nqnA}, w.links("1")); diff != "" {
+		t.Errorf("port 1 links (-want +got):\n%s", diff)
+	}
+	if !w.k.Listening("nvmet_rdma", "1") {
+		t.Error("port 1 not healed")
+	}
+	if w.k.Listening("ib_isert", portal) {
+		t.Error("portal with iser=0 was re-enabled")
+	}
+	for _, l := range w.k.LogStrings() {
+		if strings.Contains(l, "iser") || strings.Contains(l, "ports/2") || strings.Contains(l, nqnB) {
+			t.Errorf("undid an admin change: %s", l)
+		}
+	}
+}
+
+func TestGiveUp(t *testing.T) {
+	w := newWorld(t)
+	w.cfg.GiveUpAfter = 5 * time.Second
+	e := w.engine()
+	w.reconcile(e)
+	w.k.RemoveDevice("rxe0")
+	w.reconcile(e)
+	w.clk.advance(10 * time.Second)
+	w.k.AddDevice("rxe0", 0x80dd69fffe0d1e0b, "veth0")
+	items := w.reconcile(e)
+	if log := w.k.LogStrings(); len(log) != 0 {
+		t.Fatalf("writes after giving up: %q", log)
+	}
+	if r := item(items, "1").Reason; !strings.Contains(r, "gave up") {
+		t.Errorf("reason %q does not say it gave up", r)
+	}
+	e.SetConfig(w.cfg) // reload: the admin asks to try again
+	w.reconcile(e)
+	if !w.k.Listening("nvmet_rdma", "1") || !w.k.Listening("ib_isert", portal) {
+		t.Errorf("not healed after reload: %s", w.k)
+	}
+}
+
+func TestPinning(t *testing.T) {
+	w := newWorld(t)
+	w.cfg.PinDevice = true
+	e := w.engine()
+	w.reconcile(e) // learns GUID 80dd:…
+	w.k.RemoveDevice("rxe0")
+	w.k.AddDevice("rxe7", 0x1111, "veth0") // another adapter took the address
+	items := w.reconcile(e)
+	if log := w.k.LogStrings(); len(log) != 0 {
+		t.Fatalf("rebound onto a foreign device: %q", log)
+	}
+	if r := item(items, "1").Reason; !strings.Contains(r, "pinned") {
+		t.Errorf("reason %q does not say pinned", r)
+	}
+	// Pins survive a restart.
+	e2 := w.engine()
+	w.reconcile(e2)
+	if log := w.k.LogStrings(); len(log) != 0 {
+		t.Fatalf("restarted engine rebound onto a foreign device: %q", log)
+	}
+	w.k.RemoveDevice("rxe7")
+	w.k.AddDevice("rxe0", 0x80dd69fffe0d1e0b, "veth0") // the same adapter, renamed back
+	w.reconcile(e2)
+	if !w.k.Listening("nvmet_rdma", "1") {
+		t.Error("not healed on the pinned device")
+	}
+	// Without pinning, the other device is fine.
+	w2 := newWorld(t)
+	e3 := w2.engine()
+	w2.reconcile(e3)
+	w2.k.RemoveDevice("rxe0")
+	w2.k.AddDevice("mlx5_bond_0", 0x2222, "veth0")
+	w2.reconcile(e3)
+	if !w2.k.Listening("nvmet_rdma", "1") {
+		t.Error("not healed on a renamed device")
+	}
+}
+
+func TestUnknownListenersNoWrites(t *testing.T) {
+	w := newWorld(t)
+	w.k.CMIDsErr = kernel.ErrUnsupported
+	e := w.engine()
+	w.reset()
+	items := w.reconcile(e)
+	if log := w.k.LogStrings(); len(log) != 0 {
+		t.Fatalf("writes with listeners unknown: %q", log)
+	}
+	if it := item(items, "1"); it.Listening != nil || !strings.Contains(it.Reason, "unknown") {
+		t.Errorf("port 1: %+v", it)
+	}
+}
+
+func TestDryRunWritesNothing(t *testing.T) {
+	w := newWorld(t)
+	j, err := rebind.OpenJournal(w.state)
+	must(t, err)
+	e := rebind.New(rebind.Options{FS: w.k.FS(), Kernel: w.k, Journal: j, Config: w.cfg, Now: w.clk.now, DryRun: true})
+	w.reset()
+	items := w.reconcile(e)
+	if log := w.k.LogStrings(); len(log) != 0 {
+		t.Fatalf("dry run wrote: %q", log)
+	}
+	if item(items, "1").Action != rebind.ActRebindPort {
+		t.Errorf("dry run plan: %+v", item(items, "1"))
+	}
+}
+
+// Crash at every write point of a rebind; a fresh engine on the same state
+// dir puts every link back and the listener listens.
+func TestCrashAtEveryPoint(t *testing.T) {
+	points := []string{"after-journal", "after-unlink-0", "after-unlink-1", "after-relink-0", "after-relink-1", "after-iser-0", "after-iser-1"}
+	for _, p := range points {
+		t.Run(p, func(t *testing.T) {
+			w := newWorld(t)
+			e := w.engine()
+			w.reconcile(e)
+			w.reset()
+			w.fault = func(pt string) bool { return pt == p }
+			crashed := w.engine()
+			_, err := crashed.Reconcile(context.Background())
+			if err == nil {
+				t.Fatalf("fault point %s never reached", p)
+			}
+			w.fault = nil
+			fresh := w.engine()
+			w.reconcile(fresh)
+			if diff := cmp.Diff([]string{nqnA, nqnB}, w.links("1")); diff != "" {
+				t.Errorf("links after restart (-want +got):\n%s", diff)
+			}
+			if !w.k.Listening("nvmet_rdma", "1") || !w.k.Listening("ib_isert", portal) {
+				t.Errorf("not listening after restart: %s", w.k)
+			}
+			ents, _ := rebind.OpenJournal(w.state)
+			if m, bad := ents.Load(); len(m) != 0 || len(bad) != 0 {
+				t.Errorf("journal left: %v %v", m, bad)
+			}
+		})
+	}
+}
+
+func TestRunLoopHealsOnPoke(t *testing.T) {
+	w := newWorld(t)
+	w.clk = nil
+	j, err := rebind.OpenJournal(w.state)
+	must(t, err)
+	e := rebind.New(rebind.Options{FS: w.k.FS(), Kernel: w.k, Journal: j, Config: w.cfg})
+	ctx, cancel := context.WithCancel(context.Background())
+	beats := make(chan struct{}, 100)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx, func() { beats <- struct{}{} }) }()
+	<-beats
+	w.reset()
+	e.Poke()
+	deadline := time.After(10 * time.Second)
+	for !w.k.Listening("nvmet_rdma", "1") {
+		select {
+		case <-beats:
+		case <-deadline:
+			t.Fatal("run loop did not heal after a poke")
+		}
+	}
+	cancel()
+	if err := <-done; err != context.Canceled {
+		t.Errorf("Run returned %v", err)
+	}
+}
+
+func TestJournalCorruptionIsReported(t *testing.T) {
+	for name, content := range map[string]string{
+		"empty":   "",
+		"torn":    `{"version":1,"kind":"nvmet","id":"1","links":[{"na`,
+		"garbage": "\x00\x01not json",
+		"version": `{"version":9,"kind":"nvmet","id":"1","links":[{"name":"a","nqn":"a"}]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			w := newWorld(t)
+			j, err := rebind.OpenJournal(w.state)
+			must(t, err)
+			// Write a valid entry then clobber it.
+			must(t, j.Put(rebind.Intent{Kind: rebind.KindNvmet, ID: "1", Address: "192.0.2.1:4420", Links: []configfs.Link{{Name: nqnA, NQN: nqnA}}}))
+			ents, _ := j.Load()
+			_ = ents
+			files := journalFiles(t, j.Dir())
+			must(t, writeFile(files[0], content))
+			e := w.engine()
+			w.reconcile(e)
+			if log := w.k.LogStrings(); len(log) != 0 {
+				t.Errorf("a corrupt journal caused writes: %q", log)
+			}
+			if snap := e.Snapshot(); len(snap.JournalErrs) == 0 {
+				t.Error("corruption not reported")
+			}
+			if got := journalFiles(t, j.Dir()); len(got) != 0 {
+				t.Errorf("corrupt entry not moved aside: %v", got)
+			}
+		})
+	}
+}
+
+func TestPlanTable(t *testing.T) {
+	devs := []kernel.Device{{Index: 0, Name: "rxe0", NodeGUID: 1, Ports: []kernel.Port{{Index: 1, NetdevIndex: 4, Netdev: "veth0"}}}}
+	addrs := []kernel.Addr{{Ifindex: 4, Netdev: "veth0", IP: mustAddr("192.0.2.1")}, {Ifindex: 5, Netdev: "eth9", IP: mustAddr("198.51.100.1")}}
+	port := func(id, tr, addr string, links ...string) configfs.Port {
+		p := configfs.Port{ID: id, Trtype: tr, Adrfam: "ipv4", Traddr: addr, Trsvcid: "4420"}
+		for _, l := range links {
+			p.Links = append(p.Links, configfs.Link{Name: l, NQN: l})
+		}
+		return p
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name   string
+		port   configfs.Port
+		cfg    func(*rebind.Config)
+		action rebind.Action
+		reason string
+	}{
+		{"dead port rebinds", port("1", "rdma", "192.0.2.1", nqnA), nil, rebind.ActRebindPort, "listener dead"},
+		{"tcp untouched", port("1", "tcp", "192.0.2.1", nqnA), nil, rebind.ActNone, `transport "tcp" is not rdma`},
+		{"wildcard untouched", port("1", "rdma", "0.0.0.0", nqnA), nil, rebind.ActNone, "wildcard address"},
+		{"outside subnet", port("1", "rdma", "192.0.2.1", nqnA), func(c *rebind.Config) { c.Watch = []netipPrefix{mustPrefix("198.51.100.0/24")} }, rebind.ActNone, "outside the watched subnets"},
+		{"inside subnet", port("1", "rdma", "192.0.2.1", nqnA), func(c *rebind.Config) { c.Watch = []netipPrefix{mustPrefix("192.0.2.0/24")} }, rebind.ActRebindPort, "listener dead"},
+		{"no links", port("1", "rdma", "192.0.2.1"), nil, rebind.ActNone, "not enabled"},
+		{"address without rdma", port("1", "rdma", "198.51.100.1", nqnA), nil, rebind.ActNone, "waiting for an RDMA device on eth9"},
+		{"address missing", port("1", "rdma", "203.0.113.1", nqnA), nil, rebind.ActNone, "waiting for 203.0.113.1"},
+		{"garbage traddr", port("1", "rdma", "not-an-ip", nqnA), nil, rebind.ActNone, "not touched"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := rebind.DefaultConfig()
+			if tt.cfg != nil {
+				tt.cfg(&cfg)
+			}
+			obs := rebind.Observed{Ports: []configfs.Port{tt.port}, Devices: devs, Addrs: addrs, Now: now, Subsystems: map[string]bool{nqnA: true}}
+			items := rebind.Plan(obs, rebind.Memory{}, cfg)
+			if len(items) != 1 {
+				t.Fatalf("items: %+v", items)
+			}
+			if items[0].Action != tt.action || !strings.Contains(items[0].Reason, tt.reason) {
+				t.Errorf("got %v %q, want %v %q", items[0].Action, items[0].Reason, tt.action, tt.reason)
+			}
+		})
+	}
+}
+
+var _ = fmt.Sprint
+var _ = slices.Contains[[]string]

@@ -1,0 +1,34 @@
+package rebind_test
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+var errAddrNotAvail = syscall.EADDRNOTAVAIL
+
+type netipPrefix = netip.Prefix
+
+func mustAddr(s string) netip.Addr     { return netip.MustParseAddr(s) }
+func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o600) }
+
+func journalFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".json") {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	return out
+}
