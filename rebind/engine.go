@@ -42,10 +42,10 @@ type Options struct {
 	Journal  *Journal
 	Config   Config
 	Logger   *slog.Logger
-	DryRun   bool                   // plan and log, write nothing
-	Now      func() time.Time       // clock; time.Now when nil
+	DryRun   bool                    // plan and log, write nothing
+	Now      func() time.Time        // clock; time.Now when nil
 	Fault    func(point string) bool // test hook: true stops the rebind there (ErrCrashed)
-	StateDir string                 // for pins.json; "" keeps pins in memory only
+	StateDir string                  // for pins.json; "" keeps pins in memory only
 }
 
 // Result is the outcome of the last action on a listener.
@@ -62,16 +62,16 @@ type Engine struct {
 	log     *slog.Logger
 	trigger chan struct{}
 
-	run     sync.Mutex // one reconcile at a time
-	mu      sync.Mutex // guards the fields below
-	cfg     Config
-	mem     Memory
-	backoff map[Key]time.Duration
-	results map[Key]Result
-	last    []Item
-	lastObs Observed
-	lastAt  time.Time
-	stats   Stats
+	run         sync.Mutex // one reconcile at a time
+	mu          sync.Mutex // guards the fields below
+	cfg         Config
+	mem         Memory
+	backoff     map[Key]time.Duration
+	results     map[Key]Result
+	last        []Item
+	lastObs     Observed
+	lastAt      time.Time
+	stats       Stats
 	journalErrs []error
 }
 
@@ -175,7 +175,7 @@ func (e *Engine) Observe() (Observed, error) {
 	obs.Devices, obs.DevicesErr = e.opt.Kernel.Devices()
 	obs.Addrs, obs.AddrsErr = e.opt.Kernel.Addrs()
 	if obs.DevicesErr != nil {
-		obs.ListenersErr = fmt.Errorf("rdma devices: %w", obs.DevicesErr)
+		obs.ListenersErr = obs.DevicesErr
 	} else {
 		obs.Listeners, obs.ListenersErr = e.opt.Kernel.CMIDs(obs.Devices)
 	}
@@ -568,12 +568,12 @@ func (e *Engine) Run(ctx context.Context, heartbeat func()) error {
 
 // Snapshot is the engine's live state for status.
 type Snapshot struct {
-	Items       []Item
-	Results     map[Key]Result
-	At          time.Time
-	Stats       Stats
+	Items        []Item
+	Results      map[Key]Result
+	At           time.Time
+	Stats        Stats
 	ListenersErr error
-	JournalErrs []error
+	JournalErrs  []error
 }
 
 // Snapshot returns the state after the last reconcile.

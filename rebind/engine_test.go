@@ -23,9 +23,9 @@ const (
 
 type clock struct{ t time.Time }
 
-func (c *clock) now() time.Time            { return c.t }
-func (c *clock) advance(d time.Duration)   { c.t = c.t.Add(d) }
-func newClock() *clock                     { return &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+func (c *clock) now() time.Time          { return c.t }
+func (c *clock) advance(d time.Duration) { c.t = c.t.Add(d) }
+func newClock() *clock                   { return &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
 
 // world is a fake kernel with rxe0 on veth0 holding 192.0.2.1 and
 // 2001:db8::1, an nvmet port 1 on 192.0.2.1:4420 with two subsystems, and

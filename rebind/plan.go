@@ -111,6 +111,7 @@ type Item struct {
 	GUID      uint64
 	Netdev    string
 	Action    Action
+	Expected  bool            // a listener should exist: links, iser=1 or a journal entry
 	Links     []configfs.Link // ActRebindPort: all links; ActCompletePort: the journal's
 	DeadSince time.Time
 	RetryAt   time.Time // a pending retry (backoff)
@@ -353,6 +354,7 @@ func planPort(p configfs.Port, obs Observed, mem Memory, cfg Config, net netView
 			return it
 		}
 	}
+	it.Expected = len(p.Links) > 0 || len(missing) > 0
 	switch {
 	case len(missing) > 0:
 		it.Reason = fmt.Sprintf("%d subsystem link(s) to restore from the journal", len(missing))
@@ -387,6 +389,7 @@ func planPortal(p configfs.Portal, obs Observed, mem Memory, cfg Config, net net
 	if !common(&it, p.Addr, obs, mem, cfg, net) {
 		return it
 	}
+	it.Expected = p.ISER || journaled
 	switch {
 	case journaled && p.ISER && (it.Listening == nil || *it.Listening):
 		it.Action, it.Reason = ActDropJournal, "iser is back to 1"
@@ -428,3 +431,31 @@ func (it Item) ServiceString() string {
 }
 
 func netipAddrPort(it *Item) netip.AddrPort { return netip.AddrPortFrom(it.Address, it.Service) }
+
+// Writes describes, for `plan`, the configfs writes an item's action makes.
+func Writes(it Item, root string) []string {
+	port := func(l configfs.Link) string { return root + "/nvmet/ports/" + it.ID + "/subsystems/" + l.Name }
+	var w []string
+	switch it.Action {
+	case ActRebindPort, ActCompletePort:
+		w = append(w, "journal "+it.Key.String())
+		if it.Action == ActRebindPort {
+			for _, l := range it.Links {
+				w = append(w, "unlink "+port(l))
+			}
+		}
+		for _, l := range it.Links {
+			w = append(w, "ln -s "+root+"/nvmet/subsystems/"+l.NQN+" "+port(l))
+		}
+	case ActToggleISER, ActCompleteISER:
+		iqn, tpg, np, _ := configfs.ParsePortalID(it.ID)
+		f := root + "/target/iscsi/" + iqn + "/" + tpg + "/np/" + np + "/iser"
+		if it.Action == ActToggleISER {
+			w = append(w, "journal "+it.Key.String(), "echo 0 > "+f)
+		}
+		w = append(w, "echo 1 > "+f)
+	case ActDropJournal:
+		w = append(w, "forget the journal entry of "+it.Key.String())
+	}
+	return w
+}

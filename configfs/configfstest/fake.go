@@ -180,9 +180,13 @@ func (k *Kernel) Admin() configfs.Ops { return adminOps{k} }
 type adminOps struct{ k *Kernel }
 
 func (a adminOps) ReadDirNames(dir string) ([]string, error) { return a.k.ReadDirNames(dir) }
-func (a adminOps) Symlink(t, l string) error                 { return a.k.do(Write{Op: "symlink", Path: l, Value: t}, false) }
-func (a adminOps) Remove(p string) error                     { return a.k.do(Write{Op: "remove", Path: p}, false) }
-func (a adminOps) WriteAttr(p, v string) error               { return a.k.do(Write{Op: "write", Path: p, Value: v}, false) }
+func (a adminOps) Symlink(t, l string) error {
+	return a.k.do(Write{Op: "symlink", Path: l, Value: t}, false)
+}
+func (a adminOps) Remove(p string) error { return a.k.do(Write{Op: "remove", Path: p}, false) }
+func (a adminOps) WriteAttr(p, v string) error {
+	return a.k.do(Write{Op: "write", Path: p, Value: v}, false)
+}
 
 // RemovePort removes a port as an admin must: unlink every subsystem, rmdir.
 func (k *Kernel) RemovePort(id string) error {

@@ -1,0 +1,375 @@
+// Command nvmet-rebind re-creates the RDMA listeners of nvmet ports and LIO
+// iSER portals that the kernel destroyed when their RDMA device went away,
+// once the device and the address are back.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/nvmet-rebind/nvmet-rebind/configfs"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/udev"
+)
+
+// version is set with -ldflags "-X main.version=...".
+var version = "dev"
+
+// exitError carries an exit code through urfave/cli.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+
+func main() {
+	app := newApp(os.Stdout, os.Stderr)
+	if err := app.Run(os.Args); err != nil {
+		code := 2
+		var ee *exitError
+		if errors.As(err, &ee) {
+			code = ee.code
+		}
+		if err.Error() != "" {
+			fmt.Fprintln(os.Stderr, "nvmet-rebind:", err)
+		}
+		os.Exit(code)
+	}
+}
+
+func newApp(stdout, stderr io.Writer) *cli.App {
+	return &cli.App{
+		Name:      "nvmet-rebind",
+		Usage:     "re-create nvmet-rdma and LIO iSER listeners after an RDMA device reset",
+		Version:   version,
+		Writer:    stdout,
+		ErrWriter: stderr,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "config", Value: "/etc/nvmet-rebind/config.toml", Usage: "configuration file", EnvVars: []string{"NVMET_REBIND_CONFIG"}},
+			&cli.StringFlag{Name: "configfs-root", Value: "/sys/kernel/config", Usage: "configfs mount point"},
+			&cli.StringFlag{Name: "sysfs-root", Value: "/sys", Usage: "sysfs mount point"},
+			&cli.StringFlag{Name: "state-dir", Value: "/var/lib/nvmet-rebind", Usage: "intent journal and pins"},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
+		},
+		ExitErrHandler: func(*cli.Context, error) {},
+		Commands: []*cli.Command{
+			{Name: "run", Usage: "run the daemon in the foreground", Action: cmdRun,
+				Flags: []cli.Flag{&cli.BoolFlag{Name: "dry-run", Usage: "plan and log, write nothing to configfs"}}},
+			{Name: "reload", Usage: "validate the config, then make the running daemon re-read it", Action: cmdReload},
+			{Name: "status", Usage: "every RDMA port and portal: listening as verified, managed and why", Action: cmdStatus,
+				Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "machine-readable output (stable field names)"}}},
+			{Name: "check", Usage: "exit 0 when every managed listener is alive, 1 when one is dead, 2 on error", Action: cmdCheck},
+			{Name: "plan", Usage: "show what a reconcile would write, writing nothing", Action: cmdPlan},
+			{Name: "version", Usage: "print the version", Action: func(c *cli.Context) error {
+				fmt.Fprintln(c.App.Writer, "nvmet-rebind", version)
+				return nil
+			}},
+		},
+	}
+}
+
+func newLogger(c *cli.Context) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return nil, &exitError{2, fmt.Errorf("--log-level %q: use debug, info, warn or error", c.String("log-level"))}
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	if stderrIsJournal() {
+		opts.ReplaceAttr = func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		}
+	}
+	return slog.New(slog.NewTextHandler(c.App.ErrWriter, opts)), nil
+}
+
+// stderrIsJournal: systemd sets JOURNAL_STREAM=<dev>:<ino> of stderr.
+func stderrIsJournal() bool {
+	js := os.Getenv("JOURNAL_STREAM")
+	if js == "" {
+		return false
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(2, &st); err != nil {
+		return false
+	}
+	return js == fmt.Sprintf("%d:%d", st.Dev, st.Ino)
+}
+
+type env struct {
+	cfg    rebind.Config
+	log    *slog.Logger
+	fs     *configfs.FS
+	kernel *rebind.LiveKernel
+	eng    *rebind.Engine
+}
+
+func setup(c *cli.Context, dryRun bool) (*env, error) {
+	log, err := newLogger(c)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := rebind.LoadConfig(c.String("config"))
+	if err != nil {
+		return nil, &exitError{2, err}
+	}
+	e := &env{cfg: cfg, log: log, fs: configfs.New(c.String("configfs-root")), kernel: rebind.NewLiveKernel(c.String("sysfs-root"))}
+	opts := rebind.Options{FS: e.fs, Kernel: e.kernel, Config: cfg, Logger: log, DryRun: dryRun}
+	if !dryRun {
+		j, err := rebind.OpenJournal(c.String("state-dir"))
+		if err != nil {
+			return nil, &exitError{2, err}
+		}
+		opts.Journal, opts.StateDir = j, c.String("state-dir")
+		opts.Fault = faultHook()
+	} else if j, err := readOnlyJournal(c.String("state-dir")); err == nil {
+		opts.Journal = j
+	}
+	e.eng = rebind.New(opts)
+	return e, nil
+}
+
+// readOnlyJournal opens an existing journal without creating anything.
+func readOnlyJournal(stateDir string) (*rebind.Journal, error) {
+	if _, err := os.Stat(filepath.Join(stateDir, "journal")); err != nil {
+		return nil, err
+	}
+	return rebind.OpenJournal(stateDir)
+}
+
+func pidFile(c *cli.Context) string { return filepath.Join(c.String("state-dir"), "nvmet-rebind.pid") }
+
+func cmdRun(c *cli.Context) error {
+	e, err := setup(c, c.Bool("dry-run"))
+	if err != nil {
+		return err
+	}
+	defer e.kernel.Close()
+	unlock, err := lockStateDir(c.String("state-dir"))
+	if err != nil {
+		return &exitError{2, err}
+	}
+	defer unlock()
+	if err := os.WriteFile(pidFile(c), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+		return &exitError{2, fmt.Errorf("pid file: %w", err)}
+	}
+	defer os.Remove(pidFile(c))
+
+	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	e.log.Info("starting", "version", version, "configfs", e.fs.Root(), "watch", fmt.Sprint(e.cfg.Watch),
+		"give_up_after", e.cfg.GiveUpAfter, "pin_device", e.cfg.PinDevice, "resync_interval", e.cfg.ResyncInterval, "dry_run", c.Bool("dry-run"))
+
+	poke := func(h udev.Hint) {
+		e.log.Debug("event", "source", h.Source, "reason", h.Reason, "resync", h.Resync)
+		e.eng.Poke()
+	}
+	stats := new(udev.Stats)
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	task := func(name string, fn func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(); err != nil && ctx.Err() == nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	task("uevents", func() error { return udev.WatchUevents(ctx, poke, udev.Options{Stats: stats}) })
+	task("rtnetlink", func() error { return udev.WatchRtnetlink(ctx, poke, udev.Options{Stats: stats}) })
+	task("reconciler", func() error {
+		err := e.eng.Run(ctx, nil)
+		if errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return err
+	})
+	task("signals", func() error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-hup:
+				cfg, err := rebind.LoadConfig(c.String("config"))
+				if err != nil {
+					e.log.Error("reload refused, keeping the old config", "err", err)
+					continue
+				}
+				e.eng.SetConfig(cfg)
+				e.log.Info("config reloaded; give-up windows restarted", "watch", fmt.Sprint(cfg.Watch), "give_up_after", cfg.GiveUpAfter)
+				e.eng.Poke()
+			}
+		}
+	})
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	cancel()
+	wg.Wait()
+	if runErr != nil {
+		return &exitError{1, runErr}
+	}
+	e.log.Info("stopped")
+	return nil
+}
+
+func cmdReload(c *cli.Context) error {
+	if _, err := rebind.LoadConfig(c.String("config")); err != nil {
+		return &exitError{2, fmt.Errorf("%w; the daemon keeps its current config", err)}
+	}
+	b, err := os.ReadFile(pidFile(c))
+	if err != nil {
+		return &exitError{2, fmt.Errorf("no running daemon found (%w)", err)}
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return &exitError{2, fmt.Errorf("pid file %s: %q is not a pid", pidFile(c), strings.TrimSpace(string(b)))}
+	}
+	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+		return &exitError{2, fmt.Errorf("signal daemon pid %d: %w", pid, err)}
+	}
+	fmt.Fprintf(c.App.Writer, "config %s is valid; daemon (pid %d) reloading\n", c.String("config"), pid)
+	return nil
+}
+
+// snapshot observes and plans once without writing (status, check, plan).
+func snapshot(c *cli.Context) (rebind.StatusReport, []rebind.Item, error) {
+	e, err := setup(c, true)
+	if err != nil {
+		return rebind.StatusReport{}, nil, err
+	}
+	defer e.kernel.Close()
+	items, obs, err := e.eng.PlanNow()
+	if err != nil {
+		return rebind.StatusReport{}, nil, &exitError{2, err}
+	}
+	snap := rebind.Snapshot{Items: items, At: obs.Now, ListenersErr: obs.ListenersErr}
+	return rebind.Report(snap, "direct"), items, nil
+}
+
+func cmdStatus(c *cli.Context) error {
+	r, _, err := snapshot(c)
+	if err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	w := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "KIND\tID\tADDRESS\tDEVICE\tNETDEV\tLISTENING\tMANAGED\tREASON")
+	for _, l := range r.Listeners {
+		addr := l.Address
+		if l.Service != "" {
+			addr = joinHostPort(l.Address, l.Service)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Kind, l.ID, dash(addr), dash(l.Device), dash(l.Netdev), yesNo(l.Listening), yesNoB(l.Managed), l.Reason)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if r.ListenersError != "" {
+		fmt.Fprintf(c.App.Writer, "\nlistening is unknown: %s\n", r.ListenersError)
+	}
+	return nil
+}
+
+func joinHostPort(a, p string) string {
+	if strings.Contains(a, ":") {
+		return "[" + a + "]:" + p
+	}
+	return a + ":" + p
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func yesNo(b *bool) string {
+	if b == nil {
+		return "unknown"
+	}
+	return yesNoB(*b)
+}
+
+func yesNoB(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func cmdCheck(c *cli.Context) error {
+	r, _, err := snapshot(c)
+	if err != nil {
+		return err
+	}
+	h, why := rebind.Check(r)
+	for _, s := range why {
+		fmt.Fprintln(c.App.Writer, s)
+	}
+	switch h {
+	case rebind.Healthy:
+		fmt.Fprintln(c.App.Writer, "ok: every managed listener is alive")
+		return nil
+	case rebind.Dead:
+		return &exitError{1, errors.New("")}
+	default:
+		return &exitError{2, errors.New("")}
+	}
+}
+
+func cmdPlan(c *cli.Context) error {
+	_, items, err := snapshot(c)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, it := range items {
+		if it.Action == rebind.ActNone {
+			continue
+		}
+		n++
+		fmt.Fprintf(c.App.Writer, "%s (%s): %s\n", it.Key, joinHostPort(it.Address.String(), it.ServiceString()), it.Reason)
+		for _, line := range rebind.Writes(it, c.String("configfs-root")) {
+			fmt.Fprintf(c.App.Writer, "  %s\n", line)
+		}
+	}
+	if n == 0 {
+		fmt.Fprintln(c.App.Writer, "nothing to do")
+	}
+	return nil
+}
+
+var _ = time.Second

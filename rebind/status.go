@@ -1,0 +1,109 @@
+package rebind
+
+import (
+	"time"
+)
+
+// ListenerStatus is one line of `status --json`. The field names are a
+// contract that scripts use: keep them stable.
+type ListenerStatus struct {
+	Kind       string     `json:"kind"`    // "nvmet" or "lio"
+	ID         string     `json:"id"`      // port id, or <iqn>/<tpgt_N>/<np>
+	Address    string     `json:"address"` // "192.0.2.1", "2001:db8::1"
+	Service    string     `json:"service"` // "4420"
+	Managed    bool       `json:"managed"`
+	Reason     string     `json:"reason"`
+	Listening  *bool      `json:"listening"` // null: unknown
+	Device     string     `json:"device"`
+	Netdev     string     `json:"netdev"`
+	Expected   bool       `json:"expected"` // a listener should exist (links, iser=1)
+	DeadSince  *time.Time `json:"dead_since,omitempty"`
+	LastAction string     `json:"last_action,omitempty"`
+	LastResult string     `json:"last_result,omitempty"`
+	LastAt     *time.Time `json:"last_action_at,omitempty"`
+	LatencyMS  *float64   `json:"last_latency_ms,omitempty"`
+	RetryAt    *time.Time `json:"retry_at,omitempty"`
+}
+
+// StatusReport is the whole of `status --json`.
+type StatusReport struct {
+	Listeners []ListenerStatus `json:"listeners"`
+	// ListenersError says why listening is unknown (no RDMA netlink).
+	ListenersError string    `json:"listeners_error,omitempty"`
+	JournalErrors  []string  `json:"journal_errors,omitempty"`
+	Source         string    `json:"source"` // "daemon" or "direct"
+	At             time.Time `json:"at"`
+}
+
+// Report renders a snapshot.
+func Report(s Snapshot, source string) StatusReport {
+	r := StatusReport{Listeners: []ListenerStatus{}, Source: source, At: s.At}
+	if s.ListenersErr != nil {
+		r.ListenersError = s.ListenersErr.Error()
+	}
+	for _, e := range s.JournalErrs {
+		r.JournalErrors = append(r.JournalErrors, e.Error())
+	}
+	for _, it := range s.Items {
+		if it.Action == ActDropJournal && it.Address == (Item{}).Address {
+			continue
+		}
+		ls := ListenerStatus{
+			Kind: string(it.Kind), ID: it.ID, Service: it.ServiceString(), Managed: it.Managed,
+			Reason: it.Reason, Listening: it.Listening, Device: it.Device, Netdev: it.Netdev, Expected: it.Expected,
+		}
+		if it.Address.IsValid() {
+			ls.Address = it.Address.String()
+		}
+		if !it.DeadSince.IsZero() {
+			ls.DeadSince = ptr(it.DeadSince)
+		}
+		if !it.RetryAt.IsZero() {
+			ls.RetryAt = ptr(it.RetryAt)
+		}
+		if res, ok := s.Results[it.Key]; ok {
+			ls.LastAction = res.Action.String()
+			ls.LastAt = ptr(res.At)
+			if res.Err != nil {
+				ls.LastResult = res.Err.Error()
+			} else {
+				ls.LastResult = "ok"
+				ls.LatencyMS = ptr(float64(res.Latency.Microseconds()) / 1000)
+			}
+		}
+		r.Listeners = append(r.Listeners, ls)
+	}
+	return r
+}
+
+// Health is the verdict of `check`.
+type Health int
+
+// Health values map to exit codes.
+const (
+	Healthy Health = 0 // every managed, expected listener is alive
+	Dead    Health = 1 // at least one is dead
+	Unknown Health = 2 // cannot tell
+)
+
+// Check judges a report: dead wins over unknown.
+func Check(r StatusReport) (Health, []string) {
+	h := Healthy
+	var why []string
+	for _, l := range r.Listeners {
+		if !l.Managed || !l.Expected {
+			continue
+		}
+		switch {
+		case l.Listening == nil:
+			if h == Healthy {
+				h = Unknown
+			}
+			why = append(why, l.Kind+" "+l.ID+": listening unknown")
+		case !*l.Listening:
+			h = Dead
+			why = append(why, l.Kind+" "+l.ID+" ("+l.Address+":"+l.Service+"): dead: "+l.Reason)
+		}
+	}
+	return h, why
+}
