@@ -297,8 +297,8 @@ func (f *FS) Port(id string) (Port, error) {
 	}
 	links, err := f.links(id)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return Port{}, err
+		if _, serr := os.Lstat(dir); errors.Is(serr, fs.ErrNotExist) {
+			return Port{}, fmt.Errorf("nvmet port %s: %w", id, serr)
 		}
 		if p.Err == nil {
 			p.Err = err
