@@ -290,7 +290,7 @@ func (f *FS) Port(id string) (Port, error) {
 					return Port{}, fmt.Errorf("nvmet port %s: %w", id, serr)
 				}
 			}
-			p.Err = fmt.Errorf("nvmet port %s: %s: %w", id, a.name, err)
+			p.Err = errors.Join(p.Err, fmt.Errorf("nvmet port %s: %s: %w", id, a.name, err))
 			continue
 		}
 		*a.dst = v
@@ -300,9 +300,7 @@ func (f *FS) Port(id string) (Port, error) {
 		if _, serr := os.Lstat(dir); errors.Is(serr, fs.ErrNotExist) {
 			return Port{}, fmt.Errorf("nvmet port %s: %w", id, serr)
 		}
-		if p.Err == nil {
-			p.Err = err
-		}
+		p.Err = errors.Join(p.Err, err)
 	}
 	p.Links = links
 	return p, nil
