@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -231,7 +232,7 @@ func (d *dumpReader) add(datagram []byte) error {
 			// The payload is an int; a dump's error comes here, not as NLMSG_ERROR.
 			if len(m.data) >= 4 {
 				if e := int32(get32(m.data)); e != 0 {
-					return fmt.Errorf("kernel ended the dump with an error: %w", errno(e))
+					return &kernelError{errno: errno(e), done: true}
 				}
 			}
 		case m.typ == nlmsgError:
@@ -240,7 +241,7 @@ func (d *dumpReader) add(datagram []byte) error {
 				return fmt.Errorf("datagram %d: NLMSG_ERROR of %d bytes", i, len(m.data))
 			}
 			if e := int32(get32(m.data)); e != 0 {
-				return fmt.Errorf("kernel error: %w", errno(e))
+				return &kernelError{errno: errno(e)}
 			}
 		case m.typ == nlmsgOverrun:
 			return fmt.Errorf("datagram %d: NLMSG_OVERRUN: %w", i, syscall.ENOBUFS)
@@ -253,6 +254,28 @@ func (d *dumpReader) add(datagram []byte) error {
 		}
 	}
 	return nil
+}
+
+// kernelError is the errno the kernel answered a request with, as opposed to
+// a local syscall failure.
+type kernelError struct {
+	errno syscall.Errno
+	done  bool // carried by NLMSG_DONE (a dump), not NLMSG_ERROR
+}
+
+func (e *kernelError) Error() string {
+	if e.done {
+		return "kernel ended the dump with: " + e.errno.Error()
+	}
+	return "kernel answered: " + e.errno.Error()
+}
+
+func (e *kernelError) Unwrap() error { return e.errno }
+
+// isKernelErrno reports whether err carries errno n answered by the kernel.
+func isKernelErrno(err error, n syscall.Errno) bool {
+	var ke *kernelError
+	return errors.As(err, &ke) && ke.errno == n
 }
 
 func errno(e int32) syscall.Errno {
