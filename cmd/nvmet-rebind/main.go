@@ -24,6 +24,7 @@ import (
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/control"
 	"github.com/nvmet-rebind/nvmet-rebind/udev"
 )
 
@@ -65,6 +66,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "configfs-root", Value: "/sys/kernel/config", Usage: "configfs mount point"},
 			&cli.StringFlag{Name: "sysfs-root", Value: "/sys", Usage: "sysfs mount point"},
 			&cli.StringFlag{Name: "state-dir", Value: "/var/lib/nvmet-rebind", Usage: "intent journal and pins"},
+			&cli.StringFlag{Name: "run-dir", Value: "/run/nvmet-rebind", Usage: "directory of the control socket"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 		},
 		ExitErrHandler: func(*cli.Context, error) {},
@@ -76,6 +78,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "machine-readable output (stable field names)"}}},
 			{Name: "check", Usage: "exit 0 when every managed listener is alive, 1 when one is dead, 2 on error", Action: cmdCheck},
 			{Name: "plan", Usage: "show what a reconcile would write, writing nothing", Action: cmdPlan},
+			{Name: "trigger", Usage: "poke the running daemon (udev RUN hook); without a daemon, reconcile once under the lock", Action: cmdTrigger},
+			{Name: "rebind", Usage: "re-create one listener now, ignoring the give-up timer and backoff", ArgsUsage: "<port id | iqn/tpgt_N/np>", Action: cmdRebind},
 			{Name: "version", Usage: "print the version", Action: func(c *cli.Context) error {
 				fmt.Fprintln(c.App.Writer, "nvmet-rebind", version)
 				return nil
@@ -209,6 +213,11 @@ func cmdRun(c *cli.Context) error {
 		}
 		return err
 	})
+	srv, err := control.Listen(sockPath(c), e.handler(c))
+	if err != nil {
+		return &exitError{2, err}
+	}
+	task("control", func() error { return srv.Serve(ctx) })
 	task("signals", func() error {
 		for {
 			select {
@@ -240,9 +249,136 @@ func cmdRun(c *cli.Context) error {
 	return nil
 }
 
+func sockPath(c *cli.Context) string { return filepath.Join(c.String("run-dir"), "control.sock") }
+
+// handler serves the control socket from the running engine.
+func (e *env) handler(c *cli.Context) control.Handler {
+	return func(ctx context.Context, req control.Request) (any, error) {
+		switch req.Cmd {
+		case "status":
+			// Fresh from the kernel, with the daemon's memory (last
+			// actions, retries, give-up windows).
+			items, obs, err := e.eng.PlanNow()
+			if err != nil {
+				return nil, err
+			}
+			snap := e.eng.Snapshot()
+			snap.Items, snap.At, snap.ListenersErr = items, obs.Now, obs.ListenersErr
+			return rebind.Report(snap, "daemon"), nil
+		case "trigger":
+			e.eng.Poke()
+			return map[string]bool{"poked": true}, nil
+		case "reload":
+			cfg, err := rebind.LoadConfig(c.String("config"))
+			if err != nil {
+				e.log.Error("reload refused, keeping the old config", "err", err)
+				return nil, fmt.Errorf("%w; the daemon keeps its current config", err)
+			}
+			e.eng.SetConfig(cfg)
+			e.log.Info("config reloaded; give-up windows restarted", "watch", fmt.Sprint(cfg.Watch), "give_up_after", cfg.GiveUpAfter)
+			e.eng.Poke()
+			return map[string]bool{"reloaded": true}, nil
+		case "rebind":
+			return e.rebindOne(ctx, req.ID)
+		}
+		return nil, fmt.Errorf("unknown command %q", req.Cmd)
+	}
+}
+
+// rebindOne forgets the give-up window and backoff of one listener and
+// reconciles at once; it answers with that listener's status.
+func (e *env) rebindOne(ctx context.Context, id string) (rebind.ListenerStatus, error) {
+	k := rebind.Key{Kind: rebind.KindNvmet, ID: id}
+	if strings.Contains(id, "/") {
+		k.Kind = rebind.KindLIO
+	}
+	e.eng.Retry(k)
+	items, err := e.eng.Reconcile(ctx)
+	if err != nil {
+		return rebind.ListenerStatus{}, err
+	}
+	r := rebind.Report(e.eng.Snapshot(), "daemon")
+	_ = items
+	for _, l := range r.Listeners {
+		if l.Kind == string(k.Kind) && l.ID == id {
+			return l, nil
+		}
+	}
+	return rebind.ListenerStatus{}, fmt.Errorf("%s: no such port or portal in configfs (ids are shown by `nvmet-rebind status`)", k)
+}
+
+func cmdTrigger(c *cli.Context) error {
+	ctx, cancel := context.WithTimeout(c.Context, 2*time.Second)
+	err := control.Call(ctx, sockPath(c), control.Request{Cmd: "trigger"}, nil)
+	cancel()
+	if err == nil || !errors.Is(err, control.ErrNoDaemon) {
+		return err
+	}
+	// No daemon: one bounded reconcile, under the lock the daemon holds.
+	e, err := setup(c, false)
+	if err != nil {
+		return err
+	}
+	defer e.kernel.Close()
+	unlock, err := lockStateDir(c.String("state-dir"))
+	if err != nil {
+		fmt.Fprintln(c.App.ErrWriter, "nvmet-rebind: trigger: another reconciler holds the lock; nothing to do")
+		return nil
+	}
+	defer unlock()
+	ctx, cancel = context.WithTimeout(c.Context, 20*time.Second)
+	defer cancel()
+	if _, err := e.eng.Reconcile(ctx); err != nil {
+		return &exitError{2, err}
+	}
+	return nil
+}
+
+func cmdRebind(c *cli.Context) error {
+	id := c.Args().First()
+	if id == "" || c.NArg() != 1 {
+		return &exitError{2, errors.New("rebind: give one port id or portal id (see `nvmet-rebind status`)")}
+	}
+	var ls rebind.ListenerStatus
+	ctx, cancel := context.WithTimeout(c.Context, 30*time.Second)
+	defer cancel()
+	err := control.Call(ctx, sockPath(c), control.Request{Cmd: "rebind", ID: id}, &ls)
+	if errors.Is(err, control.ErrNoDaemon) {
+		e, serr := setup(c, false)
+		if serr != nil {
+			return serr
+		}
+		defer e.kernel.Close()
+		unlock, lerr := lockStateDir(c.String("state-dir"))
+		if lerr != nil {
+			return &exitError{2, lerr}
+		}
+		defer unlock()
+		ls, err = e.rebindOne(ctx, id)
+	}
+	if err != nil {
+		return &exitError{2, err}
+	}
+	fmt.Fprintf(c.App.Writer, "%s %s: listening=%s: %s\n", ls.Kind, ls.ID, yesNo(ls.Listening), ls.Reason)
+	if ls.Listening == nil || !*ls.Listening {
+		return &exitError{1, errors.New("")}
+	}
+	return nil
+}
+
 func cmdReload(c *cli.Context) error {
 	if _, err := rebind.LoadConfig(c.String("config")); err != nil {
 		return &exitError{2, fmt.Errorf("%w; the daemon keeps its current config", err)}
+	}
+	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
+	defer cancel()
+	err := control.Call(ctx, sockPath(c), control.Request{Cmd: "reload"}, nil)
+	if err == nil {
+		fmt.Fprintf(c.App.Writer, "config %s is valid; daemon reloaded it\n", c.String("config"))
+		return nil
+	}
+	if !errors.Is(err, control.ErrNoDaemon) {
+		return &exitError{2, err}
 	}
 	b, err := os.ReadFile(pidFile(c))
 	if err != nil {
@@ -274,8 +410,24 @@ func snapshot(c *cli.Context) (rebind.StatusReport, []rebind.Item, error) {
 	return rebind.Report(snap, "direct"), items, nil
 }
 
+// liveOrDirect asks the daemon for its live status, else reads directly.
+func liveOrDirect(c *cli.Context) (rebind.StatusReport, error) {
+	ctx, cancel := context.WithTimeout(c.Context, 5*time.Second)
+	defer cancel()
+	var r rebind.StatusReport
+	err := control.Call(ctx, sockPath(c), control.Request{Cmd: "status"}, &r)
+	if err == nil {
+		return r, nil
+	}
+	if !errors.Is(err, control.ErrNoDaemon) {
+		fmt.Fprintf(c.App.ErrWriter, "nvmet-rebind: daemon status unavailable (%v); reading the kernel directly\n", err)
+	}
+	r, _, err = snapshot(c)
+	return r, err
+}
+
 func cmdStatus(c *cli.Context) error {
-	r, _, err := snapshot(c)
+	r, err := liveOrDirect(c)
 	if err != nil {
 		return err
 	}
@@ -331,7 +483,7 @@ func yesNoB(b bool) string {
 }
 
 func cmdCheck(c *cli.Context) error {
-	r, _, err := snapshot(c)
+	r, err := liveOrDirect(c)
 	if err != nil {
 		return err
 	}
@@ -371,5 +523,3 @@ func cmdPlan(c *cli.Context) error {
 	}
 	return nil
 }
-
-var _ = time.Second
