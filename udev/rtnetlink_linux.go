@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -19,10 +20,15 @@ type rtnlSubscriber struct {
 // WatchRtnetlink subscribes to rtnetlink address (IPv4, IPv6) and link
 // changes, existing ones listed first, and pokes a hint for each. After
 // subscribing, and after every resubscription, it pokes a Resync hint. When
-// an update channel closes or the error callback fires (ENOBUFS,
-// netlink.ErrDumpInterrupted, ...) it drops both subscriptions, subscribes
-// again, with backoff when that fails or keeps failing, and resyncs. poke
-// must not block. opts.Dial is not used.
+// an update channel closes or the error callback reports a possible loss
+// (ENOBUFS, netlink.ErrDumpInterrupted, an error message, an unparsable
+// update) it drops both subscriptions, subscribes again, with backoff when
+// that fails or keeps failing, and resyncs. poke must not block. opts.Dial
+// is not used.
+//
+// Without CAP_NET_ADMIN vishvananda/netlink v1.3.1 cannot list existing
+// links and addresses (EPERM); the watcher then subscribes without the
+// listing and relies on its Resync hint.
 //
 // It returns ctx.Err() when ctx is done, never otherwise.
 func WatchRtnetlink(ctx context.Context, poke func(Hint), opts Options) error {
@@ -35,9 +41,13 @@ func WatchRtnetlink(ctx context.Context, poke func(Hint), opts Options) error {
 func watchRtnetlink(ctx context.Context, poke func(Hint), opts Options, sub rtnlSubscriber) error {
 	o := opts.withDefaults()
 	st := &o.Stats.rtnetlink
-	// vishvananda/netlink leaks the socket when setting the buffer fails,
-	// so only ask for SO_RCVBUFFORCE with CAP_NET_ADMIN.
-	force := hasNetAdmin()
+	so := subOptions{
+		rcvbuf: o.ReceiveBuffer,
+		// vishvananda/netlink leaks the socket when setting the buffer
+		// fails, so only ask for SO_RCVBUFFORCE with CAP_NET_ADMIN.
+		force:        hasNetAdmin(),
+		listExisting: true,
+	}
 	b := backoff{min: o.MinBackoff, max: o.MaxBackoff}
 	reason := "rtnetlink subscribed"
 	for {
@@ -45,14 +55,23 @@ func watchRtnetlink(ctx context.Context, poke func(Hint), opts Options, sub rtnl
 			return ctx.Err()
 		}
 		start := time.Now()
-		err := rtnlSession(ctx, poke, o.ReceiveBuffer, force, sub, st, reason)
+		err := rtnlSession(ctx, poke, so, sub, st, reason)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		st.errors.Add(1)
 		st.reconnects.Add(1)
-		if force && errors.Is(err, unix.EPERM) {
-			force = false // capable in a user namespace, not for the kernel
+		if errors.Is(err, unix.EPERM) {
+			switch {
+			case so.force:
+				// CAP_NET_ADMIN in a user namespace is not enough.
+				so.force = false
+			case so.listExisting:
+				// vishvananda/netlink v1.3.1 sends the listing request to
+				// the multicast group, which needs CAP_NET_ADMIN. The
+				// Resync hint already makes the reconciler read everything.
+				so.listExisting = false
+			}
 		}
 		reason = fmt.Sprintf("resync after %v", err)
 		if time.Since(start) >= o.MaxBackoff {
@@ -63,14 +82,31 @@ func watchRtnetlink(ctx context.Context, poke func(Hint), opts Options, sub rtnl
 	}
 }
 
+type subOptions struct {
+	rcvbuf              int
+	force, listExisting bool
+}
+
+// ignorable reports error callbacks after which no update was lost:
+// vishvananda/netlink drops a message from another socket and goes on. Any
+// root process listing links or addresses the way vishvananda/netlink does
+// sends its request to the multicast group, so this happens in normal use.
+func ignorable(err error) bool {
+	return strings.HasPrefix(err.Error(), "Wrong sender portid")
+}
+
 // rtnlSession runs one pair of subscriptions until one fails or ctx is done,
 // and returns only once both subscription goroutines have ended.
-func rtnlSession(ctx context.Context, poke func(Hint), rcvbuf int, force bool, sub rtnlSubscriber, st *counters, reason string) error {
+func rtnlSession(ctx context.Context, poke func(Hint), so subOptions, sub rtnlSubscriber, st *counters, reason string) error {
 	done := make(chan struct{})
 	errc := make(chan error, 1)
-	onError := func(err error) {
+	onError := func(kind string, err error) {
+		if ignorable(err) {
+			st.errors.Add(1)
+			return
+		}
 		select {
-		case errc <- err:
+		case errc <- fmt.Errorf("rtnetlink %s subscription: %w", kind, err):
 		default:
 		}
 	}
@@ -95,20 +131,20 @@ func rtnlSession(ctx context.Context, poke func(Hint), rcvbuf int, force bool, s
 
 	a := make(chan netlink.AddrUpdate, 64)
 	if err := sub.addr(a, done, netlink.AddrSubscribeOptions{
-		ErrorCallback:          func(err error) { onError(fmt.Errorf("rtnetlink address subscription: %w", err)) },
-		ListExisting:           true,
-		ReceiveBufferSize:      rcvbuf,
-		ReceiveBufferForceSize: force,
+		ErrorCallback:          func(err error) { onError("address", err) },
+		ListExisting:           so.listExisting,
+		ReceiveBufferSize:      so.rcvbuf,
+		ReceiveBufferForceSize: so.force,
 	}); err != nil {
 		return fmt.Errorf("rtnetlink address subscription: %w", err)
 	}
 	addrs = a
 	l := make(chan netlink.LinkUpdate, 64)
 	if err := sub.link(l, done, netlink.LinkSubscribeOptions{
-		ErrorCallback:          func(err error) { onError(fmt.Errorf("rtnetlink link subscription: %w", err)) },
-		ListExisting:           true,
-		ReceiveBufferSize:      rcvbuf,
-		ReceiveBufferForceSize: force,
+		ErrorCallback:          func(err error) { onError("link", err) },
+		ListExisting:           so.listExisting,
+		ReceiveBufferSize:      so.rcvbuf,
+		ReceiveBufferForceSize: so.force,
 	}); err != nil {
 		return fmt.Errorf("rtnetlink link subscription: %w", err)
 	}
