@@ -1,0 +1,96 @@
+package tests
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nvmet-rebind/nvmet-rebind/tests/vm"
+)
+
+// TestE2E boots each Debian kernel once under qemu and runs every selected
+// guest scenario in that boot (each one cleans up after itself). Every
+// scenario becomes a subtest: TestE2E/<kernel>/<scenario>.
+func TestE2E(t *testing.T) {
+	skipUnlessVM(t)
+	all := scenarioNames(t)
+	selected := selectScenarios(t, all)
+	if len(selected) == 0 {
+		t.Skipf("no scenario matches %s=%q", envScenarios, getenv(envScenarios))
+	}
+	for _, series := range kernelSeries() {
+		t.Run(series, func(t *testing.T) {
+			runKernel(t, series, selected)
+		})
+	}
+}
+
+func runKernel(t *testing.T, series string, scenarios []string) {
+	img := prepareImage(t, series)
+	timeout := bootTimeout(t, len(scenarios))
+	t.Logf("booting %s with %d scenarios (timeout %v): %s", img.kernel.Release, len(scenarios), timeout, strings.Join(scenarios, " "))
+	var mu sync.Mutex
+	start := time.Now()
+	res := bootVM(t, img, []string{
+		"e2e.mode=suite",
+		"e2e.scenarios=" + strings.Join(scenarios, ","),
+		fmt.Sprintf("e2e.bench=%d", benchCount()),
+	}, timeout, func(line string) {
+		if strings.Contains(line, "E2E RESULT ") || strings.Contains(line, "E2E INFO ") {
+			mu.Lock()
+			defer mu.Unlock()
+			i := strings.Index(line, "E2E ")
+			t.Logf("%6.1fs %s", time.Since(start).Seconds(), line[i:])
+		}
+	})
+	ev := res.Events
+	t.Logf("%s: wall time %v (done=%v rc=%d timed out=%v)", img.kernel.Release, res.Elapsed.Round(time.Second), ev.Done, ev.RC, res.TimedOut)
+	failed := false
+	for _, name := range scenarios {
+		r, ok := ev.Results[name]
+		t.Run(name, func(t *testing.T) {
+			for _, m := range ev.Metrics[name] {
+				t.Logf("metric %s=%s", m.Key, m.Value)
+			}
+			switch {
+			case !ok:
+				failed = true
+				why := "the VM ended before the scenario reported"
+				if res.TimedOut {
+					why = fmt.Sprintf("the VM was killed after the %v timeout", timeout)
+				}
+				t.Errorf("no result: %s\n%s", why, scenarioLog(ev, name, 60))
+			case r.Status == "PASS":
+				t.Logf("PASS %s", r.Detail)
+			case r.Status == "SKIP":
+				t.Skip(r.Detail)
+			default:
+				failed = true
+				t.Errorf("FAIL %s\n%s", r.Detail, scenarioLog(ev, name, 80))
+			}
+		})
+	}
+	if !ev.Done && !res.TimedOut {
+		failed = true
+		t.Errorf("the VM ended without E2E DONE (qemu: %v)", res.ExitErr)
+	}
+	if res.TimedOut {
+		failed = true
+		t.Errorf("the VM was killed after %v", timeout)
+	}
+	if failed || t.Failed() {
+		p := saveConsole(t, img.kernel.Series+"-console.log", res.Console)
+		t.Logf("console log: %s; its tail:\n%s", p, tail(res.Console, 40))
+	}
+}
+
+// scenarioLog is the console section of one scenario (its last n lines).
+func scenarioLog(ev vm.Events, name string, n int) string {
+	lines := ev.Logs[name]
+	if len(lines) > n {
+		lines = append([]string{"…"}, lines[len(lines)-n:]...)
+	}
+	return "    " + strings.Join(lines, "\n    ")
+}

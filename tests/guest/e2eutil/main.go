@@ -1,0 +1,233 @@
+// Command e2eutil is a small static helper for the guest scripts of the
+// end-to-end tests: a clock with microseconds (busybox date has none), a
+// LISTEN poller over `rdma -j resource show cm_id`, a reader for
+// `nvmet-rebind status --json` and a median/max calculator. It asserts
+// nothing by itself: the scripts decide.
+//
+//	e2eutil now                               unix time in µs
+//	e2eutil since US                          ms elapsed since US (one decimal)
+//	e2eutil listening -comm C -addr A -port P [-dev D] [-wild]
+//	                                          exit 0 if such a LISTEN cm_id exists now
+//	e2eutil wait-listen ... [-absent] [-since US] [-timeout 10s] [-interval 20ms]
+//	                                          poll until present (or absent); print ms since US
+//	e2eutil status < json                     one line per listener: key=value …
+//	e2eutil stats V...                        n=… median=… max=… min=…
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	switch os.Args[1] {
+	case "now":
+		fmt.Println(time.Now().UnixMicro())
+	case "since":
+		if len(os.Args) != 3 {
+			usage()
+		}
+		us, err := strconv.ParseInt(os.Args[2], 10, 64)
+		if err != nil {
+			fatal(err)
+		}
+		fmt.Printf("%.1f\n", float64(time.Now().UnixMicro()-us)/1000)
+	case "listening", "wait-listen":
+		os.Exit(listen(os.Args[1], os.Args[2:]))
+	case "status":
+		os.Exit(status(os.Stdin, os.Stdout))
+	case "stats":
+		os.Exit(stats(os.Args[2:]))
+	default:
+		usage()
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: e2eutil now|since US|listening|wait-listen|status|stats (see source)")
+	os.Exit(2)
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "e2eutil:", err)
+	os.Exit(2)
+}
+
+type cmID struct {
+	IfName string `json:"ifname"`
+	Port   *int   `json:"port"`
+	State  string `json:"state"`
+	Comm   string `json:"comm"`
+	Src    string `json:"src-addr"`
+}
+
+// srcMatches compares rdma's "addr:port" (IPv6 without brackets) with the
+// wanted address and port.
+func srcMatches(src string, addr netip.Addr, port string) bool {
+	i := strings.LastIndexByte(src, ':')
+	if i < 0 || src[i+1:] != port {
+		return false
+	}
+	a, err := netip.ParseAddr(src[:i])
+	return err == nil && a.Unmap() == addr.Unmap()
+}
+
+func listen(cmd string, args []string) int {
+	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
+	comm := fs.String("comm", "", "kernel name of the cm_id owner: nvmet_rdma or ib_isert (empty: any)")
+	addr := fs.String("addr", "", "listening address")
+	port := fs.String("port", "", "listening port")
+	dev := fs.String("dev", "", "RDMA device name (empty: any)")
+	wild := fs.Bool("wild", false, "match wildcard children (no port index) instead of bound listeners")
+	absent := fs.Bool("absent", false, "wait until no such listener exists")
+	since := fs.Int64("since", 0, "start time in µs (e2eutil now); default: now")
+	timeout := fs.Duration("timeout", 10*time.Second, "give up after")
+	interval := fs.Duration("interval", 20*time.Millisecond, "poll interval")
+	fs.Parse(args)
+	a, err := netip.ParseAddr(*addr)
+	if err != nil || *port == "" {
+		fatal(fmt.Errorf("%s: -addr and -port are required: %v", cmd, err))
+	}
+	start := time.Now()
+	if *since == 0 {
+		*since = start.UnixMicro()
+	}
+	for {
+		found, err := present(*comm, a, *port, *dev, *wild)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2eutil:", err)
+		}
+		if cmd == "listening" {
+			if found {
+				return 0
+			}
+			return 1
+		}
+		if err == nil && found != *absent {
+			fmt.Printf("%.1f\n", float64(time.Now().UnixMicro()-*since)/1000)
+			return 0
+		}
+		if time.Since(start) > *timeout {
+			fmt.Printf("timeout\n")
+			return 1
+		}
+		time.Sleep(*interval)
+	}
+}
+
+func present(comm string, addr netip.Addr, port, dev string, wild bool) (bool, error) {
+	out, err := exec.Command("rdma", "-j", "resource", "show", "cm_id").Output()
+	if err != nil {
+		return false, fmt.Errorf("rdma resource show cm_id: %v", err)
+	}
+	var ids []cmID
+	if s := strings.TrimSpace(string(out)); s != "" {
+		if err := json.Unmarshal([]byte(s), &ids); err != nil {
+			return false, fmt.Errorf("rdma -j resource show cm_id: %v: %q", err, s)
+		}
+	}
+	for _, c := range ids {
+		if c.State != "LISTEN" || (comm != "" && c.Comm != comm) || (dev != "" && c.IfName != dev) {
+			continue
+		}
+		if wild != (c.Port == nil) {
+			continue
+		}
+		if srcMatches(c.Src, addr, port) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func status(in io.Reader, out io.Writer) int {
+	var doc struct {
+		Listeners []map[string]any `json:"listeners"`
+	}
+	data, err := io.ReadAll(in)
+	if err != nil {
+		fatal(err)
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		fmt.Fprintf(os.Stderr, "e2eutil status: %v: %q\n", err, data)
+		return 2
+	}
+	for _, l := range doc.Listeners {
+		keys := make([]string, 0, len(l))
+		for k := range l {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool {
+			// kind and id first, reason last: easy to read and to grep.
+			rank := func(k string) int {
+				switch k {
+				case "kind":
+					return 0
+				case "id":
+					return 1
+				case "reason":
+					return 3
+				}
+				return 2
+			}
+			if rank(keys[i]) != rank(keys[j]) {
+				return rank(keys[i]) < rank(keys[j])
+			}
+			return keys[i] < keys[j]
+		})
+		var parts []string
+		for _, k := range keys {
+			v := l[k]
+			var s string
+			switch x := v.(type) {
+			case nil:
+				s = "null"
+			case string:
+				s = x
+				if k == "reason" || strings.ContainsAny(x, " \t") {
+					s = strconv.Quote(x)
+				}
+			default:
+				b, _ := json.Marshal(x)
+				s = string(b)
+			}
+			parts = append(parts, k+"="+s)
+		}
+		fmt.Fprintln(out, strings.Join(parts, " "))
+	}
+	return 0
+}
+
+func stats(args []string) int {
+	var v []float64
+	for _, a := range args {
+		f, err := strconv.ParseFloat(a, 64)
+		if err != nil {
+			continue
+		}
+		v = append(v, f)
+	}
+	if len(v) == 0 {
+		fmt.Println("n=0")
+		return 0
+	}
+	sort.Float64s(v)
+	med := v[len(v)/2]
+	if len(v)%2 == 0 {
+		med = (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	fmt.Printf("n=%d median=%.1f max=%.1f min=%.1f\n", len(v), med, v[len(v)-1], v[0])
+	return 0
+}

@@ -1,0 +1,361 @@
+# Shared helpers of the guest scripts (sourced by /init and every scenario).
+# Scenarios run as: E2E_NAME=<name> sh -c '. /e2e/lib.sh; . <scenario>'.
+# A scenario ends with pass/fail/skip (each prints the E2E RESULT line and
+# exits); /init cleans up after it (cleanup_all) whatever happened.
+
+CFG=/sys/kernel/config
+N=$CFG/nvmet
+T=$CFG/target
+DAEMON=/usr/local/bin/nvmet-rebind
+PIDS=/tmp/e2e/pids
+W=/tmp/e2e/work/${E2E_NAME:-init}
+mkdir -p "$PIDS" "$W"
+
+MODULES="configfs veth dummy null_blk libcrc32c rdma_rxe ib_uverbs ib_umad rdma_ucm rdma_cm nvmet nvmet-rdma nvme-fabrics nvme-rdma target_core_mod target_core_file target_core_iblock iscsi_target_mod ib_isert"
+
+info() { echo "E2E INFO $*"; }
+
+# log: a timestamped progress line (uptime in s, no fork).
+log() {
+	read -r _up _idle </proc/uptime
+	echo "  [$_up] ${E2E_NAME:-init}: $*"
+}
+
+_result() {
+	echo "E2E RESULT ${E2E_NAME:-unknown} $1 $2"
+	echo "$1" >"/tmp/e2e/${E2E_NAME:-unknown}.result"
+}
+pass() { _result PASS "$*"; exit 0; }
+skip() { _result SKIP "$*"; exit 0; }
+fail() {
+	log "FAILED: $*"
+	dump_state
+	_result FAIL "$*"
+	exit 1
+}
+metric() { echo "E2E METRIC ${E2E_NAME:-unknown} $1"; }
+
+# run CMD…: run a command, log it and its output; return its status.
+run() {
+	log "\$ $*"
+	"$@" >"$W/run.out" 2>&1
+	_rc=$?
+	sed 's/^/      /' "$W/run.out" | head -n 20
+	[ $_rc -eq 0 ] || log "(exit $_rc)"
+	return $_rc
+}
+
+# must CMD…: run, and fail the scenario if it fails.
+must() {
+	run "$@" || fail "command failed: $*"
+}
+
+dump_state() {
+	echo "  ---- state at failure ----"
+	echo "  # rdma link show"; rdma link show 2>&1 | sed 's/^/    /'
+	echo "  # rdma resource show cm_id"; rdma resource show cm_id 2>&1 | sed 's/^/    /'
+	echo "  # ip -br addr"; ip -br addr 2>&1 | sed 's/^/    /'
+	echo "  # nvmet ports"
+	for p in $N/ports/*; do
+		[ -d "$p" ] || continue
+		echo "    port $(basename "$p"): $(cat "$p/addr_traddr"):$(cat "$p/addr_trsvcid") subsystems: $(ls "$p/subsystems" | tr '\n' ' ')"
+	done
+	echo "  # LIO portals"
+	for np in $T/iscsi/*/tpgt_*/np/*; do
+		[ -d "$np" ] || continue
+		echo "    $np iser=$(cat "$np/iser" 2>/dev/null)"
+	done
+	if [ -f "$W/daemon.log" ]; then
+		echo "  # daemon log (last 40 lines)"
+		tail -n 40 "$W/daemon.log" | sed 's/^/    /'
+	fi
+	echo "  # dmesg (last 25 lines)"
+	dmesg | tail -n 25 | sed 's/^/    /'
+	echo "  ---- end of state ----"
+}
+
+load_modules() {
+	for m in $MODULES; do
+		case $m in
+		null_blk) modprobe null_blk nr_devices=4 || return 1 ;;
+		*) modprobe "$m" || { echo "modprobe $m failed"; return 1; } ;;
+		esac
+	done
+	# crc32 is not a declared dependency of rdma_rxe: load it now.
+	modprobe crypto-crc32 2>/dev/null || modprobe crc32_generic 2>/dev/null
+	modprobe crypto-crc32c 2>/dev/null || modprobe crc32c_generic 2>/dev/null
+	if modinfo siw >/dev/null 2>&1; then
+		modprobe siw && info "siw loaded" || info "siw present but does not load"
+	fi
+	grep -q ' /sys/kernel/config ' /proc/mounts || mount -t configfs configfs $CFG
+	return 0
+}
+
+have_siw() { [ -d /sys/module/siw ]; }
+
+# ---- network ----------------------------------------------------------------
+
+# veth A B: a veth pair, both ends up.
+veth() {
+	ip link add "$1" type veth peer name "$2" && ip link set "$1" up && ip link set "$2" up
+}
+addr() {
+	case "$2" in
+	*:*) ip -6 addr add "$2" dev "$1" nodad ;;
+	*) ip addr add "$2" dev "$1" ;;
+	esac
+}
+rxe_add() { rdma link add "$1" type rxe netdev "$2"; }
+siw_add() { rdma link add "$1" type siw netdev "$2"; }
+# rdev_add TYPE NAME NETDEV
+rdev_add() { rdma link add "$2" type "$1" netdev "$3"; }
+rdma_del() { rdma link delete "$1"; }
+
+# ---- nvmet --------------------------------------------------------------------
+
+# nvmet_subsys NQN [DEVICE]
+nvmet_subsys() {
+	mkdir "$N/subsystems/$1" || return 1
+	echo 1 >"$N/subsystems/$1/attr_allow_any_host" || return 1
+	mkdir "$N/subsystems/$1/namespaces/1" || return 1
+	echo "${2:-/dev/nullb0}" >"$N/subsystems/$1/namespaces/1/device_path" || return 1
+	echo 1 >"$N/subsystems/$1/namespaces/1/enable"
+}
+
+# nvmet_port ID ADDR SVC
+nvmet_port() {
+	_fam=ipv4
+	case "$2" in *:*) _fam=ipv6 ;; esac
+	mkdir "$N/ports/$1" || return 1
+	echo rdma >"$N/ports/$1/addr_trtype" &&
+		echo $_fam >"$N/ports/$1/addr_adrfam" &&
+		echo "$2" >"$N/ports/$1/addr_traddr" &&
+		echo "$3" >"$N/ports/$1/addr_trsvcid"
+}
+nvmet_link() { ln -s "$N/subsystems/$2" "$N/ports/$1/subsystems/$2"; }
+nvmet_unlink() { rm "$N/ports/$1/subsystems/$2"; }
+nvmet_linked() { [ -L "$N/ports/$1/subsystems/$2" ]; }
+
+# discover ADDR SVC [NQN]: nvme discover over RDMA works (and lists NQN).
+discover() {
+	nvme discover -t rdma -a "$1" -s "$2" >"$W/discover.out" 2>&1 || {
+		sed 's/^/      discover: /' "$W/discover.out" | head -n 5
+		return 1
+	}
+	[ -z "$3" ] || grep -q "subnqn: *$3\$" "$W/discover.out" || {
+		log "discover: $3 not in the log page"
+		sed 's/^/      discover: /' "$W/discover.out" | head -n 20
+		return 1
+	}
+}
+
+# ---- LIO ------------------------------------------------------------------------
+
+# lio_target IQN: a target with a fileio LUN, tpgt_1, demo mode.
+lio_target() {
+	_tpg=$T/iscsi/$1/tpgt_1
+	_bs=$T/core/fileio_0/disk_$(echo "$1" | tr -c 'a-zA-Z0-9\n' '_')
+	mkdir -p "$T/core/fileio_0" || return 1
+	if [ ! -d "$_bs" ]; then
+		truncate -s 64M "/tmp/$(basename "$_bs").img" &&
+			mkdir "$_bs" &&
+			echo "fd_dev_name=/tmp/$(basename "$_bs").img,fd_dev_size=67108864" >"$_bs/control" &&
+			echo 1 >"$_bs/enable" || return 1
+	fi
+	mkdir -p "$_tpg" && mkdir "$_tpg/lun/lun_0" &&
+		ln -s "$_bs" "$_tpg/lun/lun_0/disk0" &&
+		echo 1 >"$_tpg/attrib/generate_node_acls" &&
+		echo 0 >"$_tpg/attrib/authentication" &&
+		echo 0 >"$_tpg/attrib/demo_mode_write_protect" &&
+		echo 1 >"$_tpg/enable"
+}
+
+# np_name ADDR PORT: the np directory name (IPv6 in brackets).
+np_name() {
+	case "$1" in
+	*:*) echo "[$1]:$2" ;;
+	*) echo "$1:$2" ;;
+	esac
+}
+# lio_portal IQN ADDR PORT: an np with iser=1.
+lio_portal() {
+	_np=$T/iscsi/$1/tpgt_1/np/$(np_name "$2" "$3")
+	mkdir "$_np" && echo 1 >"$_np/iser"
+}
+lio_iser() { cat "$T/iscsi/$1/tpgt_1/np/$(np_name "$2" "$3")/iser"; }
+lio_set_iser() { echo "$4" >"$T/iscsi/$1/tpgt_1/np/$(np_name "$2" "$3")/iser"; }
+
+# ---- listeners --------------------------------------------------------------------
+
+# listening COMM ADDR PORT [DEV]: a bound LISTEN cm_id exists now.
+listening() {
+	if [ -n "$4" ]; then
+		e2eutil listening -comm "$1" -addr "$2" -port "$3" -dev "$4"
+	else
+		e2eutil listening -comm "$1" -addr "$2" -port "$3"
+	fi
+}
+# wait_listen COMM ADDR PORT TIMEOUT_S [SINCE_US]: prints ms since SINCE.
+wait_listen() {
+	e2eutil wait-listen -comm "$1" -addr "$2" -port "$3" -timeout "${4:-10}s" ${5:+-since "$5"}
+}
+# wait_gone COMM ADDR PORT TIMEOUT_S
+wait_gone() {
+	e2eutil wait-listen -absent -comm "$1" -addr "$2" -port "$3" -timeout "${4:-10}s" >/dev/null
+}
+now() { e2eutil now; }
+
+# ---- the daemon --------------------------------------------------------------------
+
+need_daemon() {
+	[ -x "$DAEMON" ] || fail "nvmet-rebind binary not available: $(head -n 1 /e2e/daemon-missing 2>/dev/null)"
+}
+
+# write_config [GIVE_UP] [SUBNETS…]: writes $W/config.toml.
+write_config() {
+	_gu=${1:-0}
+	[ $# -gt 0 ] && shift
+	[ $# -gt 0 ] || set -- 192.0.2.0/24 198.51.100.0/24 203.0.113.0/24 2001:db8::/64
+	: >"$W/config.toml"
+	for _s in "$@"; do
+		printf '[[watch]]\nsubnet = "%s"\n\n' "$_s" >>"$W/config.toml"
+	done
+	printf '[policy]\ngive_up_after = "%s"\npin_device = false\nresync_interval = "30s"\n' "$_gu" >>"$W/config.toml"
+}
+
+# rb ARGS…: the nvmet-rebind CLI with this scenario's config and state dir.
+rb() {
+	"$DAEMON" --config "$W/config.toml" --state-dir "$W/state" "$@"
+}
+
+# daemon_start [VAR=VALUE…]: start the daemon in the background; wait for
+# its pid file. The environment words are passed through env.
+daemon_start() {
+	need_daemon
+	[ -f "$W/config.toml" ] || write_config
+	mkdir -p "$W/state"
+	echo "---- daemon start $* ----" >>"$W/daemon.log"
+	env "$@" "$DAEMON" --config "$W/config.toml" --state-dir "$W/state" --log-level debug run >>"$W/daemon.log" 2>&1 &
+	DAEMON_PID=$!
+	echo $DAEMON_PID >"$PIDS/daemon-$DAEMON_PID"
+	_i=0
+	while [ $_i -lt 100 ]; do
+		kill -0 $DAEMON_PID 2>/dev/null || {
+			log "daemon exited at start:"
+			tail -n 20 "$W/daemon.log" | sed 's/^/      /'
+			return 1
+		}
+		[ -s "$W/state/nvmet-rebind.pid" ] && break
+		sleep 0.1
+		_i=$((_i + 1))
+	done
+	# Let it finish its first reconcile and subscribe to events (TCG is slow).
+	sleep 1
+	log "daemon running, pid $DAEMON_PID"
+}
+
+# daemon_wait_exit TIMEOUT_S: wait for the daemon to exit; prints its status.
+daemon_wait_exit() {
+	_i=0
+	while kill -0 "$DAEMON_PID" 2>/dev/null; do
+		[ $_i -ge $(($1 * 10)) ] && return 1
+		sleep 0.1
+		_i=$((_i + 1))
+	done
+	wait "$DAEMON_PID"
+	DAEMON_RC=$?
+	rm -f "$PIDS/daemon-$DAEMON_PID"
+	return 0
+}
+
+daemon_stop() {
+	[ -n "$DAEMON_PID" ] || return 0
+	kill -TERM "$DAEMON_PID" 2>/dev/null
+	daemon_wait_exit 10 || { kill -KILL "$DAEMON_PID" 2>/dev/null; daemon_wait_exit 5; }
+	DAEMON_PID=
+}
+
+daemon_alive() { [ -n "$DAEMON_PID" ] && kill -0 "$DAEMON_PID" 2>/dev/null; }
+
+# ---- scenario runner and cleanup ------------------------------------------------------
+
+run_scenario() {
+	_name=$1
+	_f=
+	for _c in /e2e/scenarios/*-"$_name".sh; do [ -f "$_c" ] && _f=$_c; done
+	echo "E2E BEGIN $_name"
+	if [ -z "$_f" ]; then
+		echo "E2E RESULT $_name FAIL no such scenario script"
+		return 1
+	fi
+	rm -f "/tmp/e2e/$_name.result"
+	_t0=$(e2eutil now)
+	E2E_NAME=$_name timeout -s KILL "${E2E_TIMEOUT:-300}" /bin/dash -c ". /e2e/lib.sh; . $_f"
+	_rc=$?
+	if [ ! -f "/tmp/e2e/$_name.result" ]; then
+		E2E_NAME=$_name W=/tmp/e2e/work/$_name dump_state
+		echo "E2E RESULT $_name FAIL ended (exit $_rc; 137 = killed by the ${E2E_TIMEOUT:-300}s timeout) without a verdict"
+		echo FAIL >"/tmp/e2e/$_name.result"
+	fi
+	echo "E2E METRIC $_name wall_ms=$(e2eutil since "$_t0")"
+	cleanup_all >"/tmp/e2e/$_name.cleanup" 2>&1
+	if [ -n "$(ls /sys/class/infiniband 2>/dev/null)" ] || [ -n "$(ls $N/ports 2>/dev/null)" ]; then
+		echo "  cleanup after $_name left state behind:"
+		sed 's/^/    /' "/tmp/e2e/$_name.cleanup" | tail -n 20
+	fi
+	[ "$(cat "/tmp/e2e/$_name.result")" != FAIL ]
+}
+
+# cleanup_all: stop daemons and host connections, remove every LIO and nvmet
+# object, every RDMA link and every netdev but lo.
+cleanup_all() {
+	for _p in "$PIDS"/daemon-*; do
+		[ -f "$_p" ] || continue
+		kill -KILL "$(cat "$_p")" 2>/dev/null
+		rm -f "$_p"
+	done
+	nvme disconnect-all >/dev/null 2>&1
+	for _tpg in $T/iscsi/*/tpgt_*; do
+		[ -d "$_tpg" ] || continue
+		echo 0 >"$_tpg/enable" 2>/dev/null
+		for _np in "$_tpg"/np/*; do
+			[ -d "$_np" ] || continue
+			echo 0 >"$_np/iser" 2>/dev/null
+			rmdir "$_np"
+		done
+		for _l in "$_tpg"/lun/lun_*; do
+			[ -d "$_l" ] || continue
+			for _s in "$_l"/*; do [ -L "$_s" ] && rm "$_s"; done
+			rmdir "$_l"
+		done
+		for _a in "$_tpg"/acls/*; do [ -d "$_a" ] && rmdir "$_a"; done
+		rmdir "$_tpg"
+	done
+	for _i in $T/iscsi/iqn.* $T/iscsi/eui.*; do [ -d "$_i" ] && rmdir "$_i"; done
+	for _b in $T/core/*_*/*; do [ -d "$_b" ] && rmdir "$_b"; done
+	for _h in $T/core/*_*; do [ -d "$_h" ] && rmdir "$_h"; done
+	rm -f /tmp/disk_*.img
+	for _l in $N/ports/*/subsystems/*; do [ -L "$_l" ] && rm "$_l"; done
+	for _l in $N/ports/*/referrals/*; do [ -d "$_l" ] && rmdir "$_l"; done
+	for _p in $N/ports/*; do [ -d "$_p" ] && rmdir "$_p"; done
+	for _s in $N/subsystems/*; do
+		[ -d "$_s" ] || continue
+		for _h in "$_s"/allowed_hosts/*; do [ -L "$_h" ] && rm "$_h"; done
+		for _n in "$_s"/namespaces/*; do
+			[ -d "$_n" ] || continue
+			echo 0 >"$_n/enable"
+			rmdir "$_n"
+		done
+		rmdir "$_s"
+	done
+	for _h in $N/hosts/*; do [ -d "$_h" ] && rmdir "$_h"; done
+	for _d in /sys/class/infiniband/*; do
+		[ -e "$_d" ] && rdma link delete "$(basename "$_d")"
+	done
+	for _i in /sys/class/net/*; do
+		_n=$(basename "$_i")
+		[ "$_n" = lo ] || ip link del "$_n" 2>/dev/null
+	done
+	rm -rf "/tmp/e2e/work/${E2E_NAME:-none}/state"
+	return 0
+}

@@ -1,0 +1,336 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nvmet-rebind/nvmet-rebind/tests/vm"
+)
+
+// Environment knobs (see README.md in this folder).
+const (
+	envE2E       = "NVMET_REBIND_E2E"           // "0" skips the VM tests
+	envKernels   = "NVMET_REBIND_E2E_KERNELS"   // "6.1 6.12" (default)
+	envScenarios = "NVMET_REBIND_E2E_SCENARIOS" // regexp on scenario names
+	envBench     = "NVMET_REBIND_E2E_BENCH"     // N resets for the bench scenario (0: off)
+	envTimeout   = "NVMET_REBIND_E2E_TIMEOUT"   // hard limit per boot (Go duration)
+	envVerbose   = "NVMET_REBIND_E2E_VERBOSE"   // "1": echo the console while it runs
+	envSiw       = "NVMET_REBIND_E2E_SIW"       // "0": do not build siw.ko
+)
+
+// skipUnlessVM skips when the VM tests cannot or should not run.
+func skipUnlessVM(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("VM tests skipped in -short mode")
+	}
+	if os.Getenv(envE2E) == "0" {
+		t.Skip(envE2E + "=0")
+	}
+	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
+		t.Skipf("VM tests need linux/amd64 (have %s/%s)", runtime.GOOS, runtime.GOARCH)
+	}
+	if err := hostToolsOnce(); err != nil {
+		if s, ok := err.(vm.ErrSkip); ok {
+			t.Skip(s.Msg)
+		}
+		t.Fatalf("host tools: %v", err)
+	}
+}
+
+var hostToolsOnce = sync.OnceValue(vm.EnsureHostTools)
+
+// repoRoot is the module root (the tests run in tests/).
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Dir(wd)
+}
+
+func goTool() string {
+	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
+		return p
+	}
+	return "go"
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+type binaries struct {
+	daemon     string // "" when it did not build
+	daemonErr  string // why
+	e2eutil    string
+	buildError error // e2eutil failed: fatal
+}
+
+var buildOnce sync.Once
+var built binaries
+
+// buildBinaries builds the static nvmet-rebind (with the faultinject tag)
+// and the guest helper. A daemon that does not build yet is not fatal: the
+// scenarios that need it fail with the reason.
+func buildBinaries(t *testing.T) binaries {
+	t.Helper()
+	buildOnce.Do(func() {
+		root := repoRoot(t)
+		cache, err := vm.CacheDir()
+		if err != nil {
+			built.buildError = err
+			return
+		}
+		out := filepath.Join(cache, "bin")
+		os.MkdirAll(out, 0o755)
+		gobuild := func(dst, pkg string, tags ...string) error {
+			args := []string{"build", "-trimpath", "-o", dst}
+			if len(tags) > 0 {
+				args = append(args, "-tags", strings.Join(tags, ","))
+			}
+			args = append(args, pkg)
+			cmd := exec.Command(goTool(), args...)
+			cmd.Dir = root
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+			b, err := cmd.CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, b)
+			}
+			return nil
+		}
+		built.e2eutil = filepath.Join(out, "e2eutil")
+		if err := gobuild(built.e2eutil, "./tests/guest/e2eutil"); err != nil {
+			built.buildError = err
+			return
+		}
+		d := filepath.Join(out, "nvmet-rebind")
+		os.Remove(d)
+		if err := gobuild(d, "./cmd/nvmet-rebind", "faultinject"); err != nil {
+			built.daemonErr = err.Error()
+			t.Logf("nvmet-rebind does not build (scenarios that need it will fail): %v", err)
+		} else {
+			built.daemon = d
+		}
+	})
+	if built.buildError != nil {
+		t.Fatalf("building guest helper: %v", built.buildError)
+	}
+	return built
+}
+
+// scenarioNames lists tests/guest/scenarios/NN-name.sh in order.
+func scenarioNames(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("guest", "scenarios", "*.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(files)
+	var names []string
+	for _, f := range files {
+		b := strings.TrimSuffix(filepath.Base(f), ".sh")
+		if i := strings.IndexByte(b, '-'); i >= 0 {
+			b = b[i+1:]
+		}
+		names = append(names, b)
+	}
+	return names
+}
+
+// selectScenarios applies NVMET_REBIND_E2E_SCENARIOS and the bench switch.
+func selectScenarios(t *testing.T, all []string) []string {
+	t.Helper()
+	var re *regexp.Regexp
+	if s := os.Getenv(envScenarios); s != "" {
+		var err error
+		if re, err = regexp.Compile(s); err != nil {
+			t.Fatalf("%s: %v", envScenarios, err)
+		}
+	}
+	bench := benchCount() > 0
+	var out []string
+	for _, n := range all {
+		if n == "bench" && !bench {
+			continue
+		}
+		if re != nil && !re.MatchString(n) {
+			continue
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+func benchCount() int {
+	n, _ := strconv.Atoi(os.Getenv(envBench))
+	return n
+}
+
+func kernelSeries() []string {
+	if s := strings.Fields(os.Getenv(envKernels)); len(s) > 0 {
+		return s
+	}
+	return []string{"6.1", "6.12"}
+}
+
+// vmImage is everything needed to boot one kernel.
+type vmImage struct {
+	kernel *vm.Kernel
+	initrd string
+	siw    string // siw.ko, "" if not built
+	siwErr string // why not
+}
+
+// prepareImage downloads/unpacks the kernel, builds siw.ko (best effort),
+// the cached base initramfs and the per-run overlay.
+func prepareImage(t *testing.T, series string) *vmImage {
+	t.Helper()
+	start := time.Now()
+	k, err := vm.PrepareKernel(series)
+	if err != nil {
+		if s, ok := err.(vm.ErrSkip); ok {
+			t.Skip(s.Msg)
+		}
+		t.Fatalf("kernel %s: %v", series, err)
+	}
+	img := &vmImage{kernel: k}
+	var extra []string
+	if os.Getenv(envSiw) != "0" {
+		ko, err := vm.BuildSiw(k)
+		if err != nil {
+			img.siwErr = err.Error()
+			t.Logf("siw.ko for %s not built (the siw scenarios will skip): %v", k.Release, err)
+		} else {
+			img.siw = ko
+			extra = append(extra, ko)
+		}
+	} else {
+		img.siwErr = envSiw + "=0"
+	}
+	base, err := vm.BaseInitramfs(k, extra)
+	if err != nil {
+		t.Fatalf("base initramfs: %v", err)
+	}
+	bins := buildBinaries(t)
+	ov := vm.Overlay{Files: map[string]string{
+		"/init":                   filepath.Join("guest", "init.sh"),
+		"/e2e/lib.sh":             filepath.Join("guest", "lib.sh"),
+		"/e2e/demo.sh":            filepath.Join("guest", "demo.sh"),
+		"/usr/local/bin/e2eutil": bins.e2eutil,
+	}, Data: map[string][]byte{}}
+	scripts, _ := filepath.Glob(filepath.Join("guest", "scenarios", "*.sh"))
+	for _, s := range scripts {
+		ov.Files["/e2e/scenarios/"+filepath.Base(s)] = s
+	}
+	if bins.daemon != "" {
+		ov.Files["/usr/local/bin/nvmet-rebind"] = bins.daemon
+	} else {
+		ov.Data["/e2e/daemon-missing"] = []byte(firstLines(bins.daemonErr, 5) + "\n")
+	}
+	if img.siwErr != "" {
+		ov.Data["/e2e/siw-missing"] = []byte(firstLines(img.siwErr, 3) + "\n")
+	}
+	cache, _ := vm.CacheDir()
+	dir := filepath.Join(cache, "run")
+	os.MkdirAll(dir, 0o755)
+	overlay := filepath.Join(dir, "overlay-"+k.Release+".cpio.gz")
+	if err := ov.Write(overlay); err != nil {
+		t.Fatalf("overlay: %v", err)
+	}
+	img.initrd = filepath.Join(dir, "initrd-"+k.Release+".img")
+	if err := vm.ConcatFiles(img.initrd, base, overlay); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kernel %s (%s %s) ready in %v", k.Release, k.Package, k.Version, time.Since(start).Round(time.Millisecond))
+	return img
+}
+
+func firstLines(s string, n int) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	if len(l) > n {
+		l = l[:n]
+	}
+	return strings.Join(l, " | ")
+}
+
+// bootTimeout is the hard limit of one boot.
+func bootTimeout(t *testing.T, scenarios int) time.Duration {
+	if s := os.Getenv(envTimeout); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("%s: %v", envTimeout, err)
+		}
+		return d
+	}
+	d := 90*time.Second + time.Duration(scenarios)*150*time.Second
+	if b := benchCount(); b > 0 {
+		d += time.Duration(b) * 20 * time.Second
+	}
+	if d > 40*time.Minute {
+		d = 40 * time.Minute
+	}
+	return d
+}
+
+// bootVM boots an image and returns the result.
+func bootVM(t *testing.T, img *vmImage, appendArgs []string, timeout time.Duration, onLine func(string)) *vm.BootResult {
+	t.Helper()
+	verbose := os.Getenv(envVerbose) == "1"
+	res, err := vm.Boot(context.Background(), vm.BootConfig{
+		Kernel:  img.kernel.Vmlinuz,
+		Initrd:  img.initrd,
+		Append:  appendArgs,
+		Timeout: timeout,
+		OnLine: func(line string) {
+			if verbose {
+				fmt.Fprintf(os.Stderr, "[%s] %s\n", img.kernel.Series, line)
+			}
+			if onLine != nil {
+				onLine(line)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatalf("boot: %v", err)
+	}
+	return res
+}
+
+// saveConsole writes the console log to tests/artifacts/<kernel>-<what>.log
+// and returns its path.
+func saveConsole(t *testing.T, name string, console []byte) string {
+	t.Helper()
+	dir := "artifacts"
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("artifacts: %v", err)
+		return ""
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, console, 0o644); err != nil {
+		t.Logf("artifacts: %v", err)
+		return ""
+	}
+	abs, _ := filepath.Abs(p)
+	return abs
+}
+
+func tail(b []byte, n int) string {
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func getenv(k string) string { return os.Getenv(k) }
