@@ -24,8 +24,9 @@ type Conn interface {
 // overflowed, included) it closes the socket, reopens it, with backoff when
 // that fails, and resyncs. poke must not block.
 //
-// It returns ctx.Err() when ctx is done, or an error wrapping
-// errors.ErrUnsupported on systems without uevents; never otherwise.
+// It returns ctx.Err() (joined with a close error, if any) when ctx is done,
+// or an error wrapping errors.ErrUnsupported on systems without uevents;
+// never otherwise.
 func WatchUevents(ctx context.Context, poke func(Hint), opts Options) error {
 	o := opts.withDefaults()
 	if o.Dial == nil {
@@ -55,11 +56,12 @@ func WatchUevents(ctx context.Context, poke func(Hint), opts Options) error {
 		poke(Hint{Source: SourceUevent, Reason: reason, Resync: true})
 
 		start := time.Now()
-		err = readUevents(ctx, conn, poke, st)
-		err = errors.Join(err, conn.Close())
+		readErr := readUevents(ctx, conn, poke, st)
+		closeErr := conn.Close()
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return errors.Join(ctx.Err(), closeErr)
 		}
+		err = errors.Join(readErr, closeErr)
 		st.errors.Add(1)
 		st.reconnects.Add(1)
 		reason = fmt.Sprintf("resync after %v", err)

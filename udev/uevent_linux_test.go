@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 )
 
 // readHex returns the datagrams of a testdata/*.hex file (see testdata/README.md).
@@ -484,6 +485,16 @@ func TestUeventSocketLive(t *testing.T) {
 	conn, err := dialUevents(1 << 20)
 	if err != nil {
 		t.Skipf("cannot open the uevent socket here: %v", err)
+	}
+	if uc, ok := conn.(ueventConn); ok {
+		n, err := unix.GetsockoptInt(uc.c.Fd, unix.SOL_SOCKET, unix.SO_RCVBUF)
+		if err != nil {
+			t.Errorf("get SO_RCVBUF: %v", err)
+		}
+		t.Logf("SO_RCVBUF %d (asked 1 MiB; the kernel doubles it, rmem_max caps it without CAP_NET_ADMIN)", n)
+	}
+	if _, err := conn.ReadMsg(); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("read: %v", err)
 	}
 	if err := conn.Close(); err != nil {
 		t.Errorf("close: %v", err)
