@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -28,11 +29,19 @@ type Config struct {
 	PinDevice bool
 	// ResyncInterval is the period of the full resync.
 	ResyncInterval time.Duration
+	// NvmetConfig and TargetConfig are nvmetcli's and targetcli's saved
+	// configs; links and iSER portals they declare that the boot-time
+	// restore could not create (no address or RDMA device yet) are
+	// completed within BootWindow after the daemon starts. "" = off.
+	NvmetConfig, TargetConfig string
+	// BootWindow bounds the boot-order completion (default: GiveUpAfter,
+	// or 10m when that is 0).
+	BootWindow time.Duration
 }
 
 // DefaultConfig is what an empty file means.
 func DefaultConfig() Config {
-	return Config{GiveUpAfter: 10 * time.Minute, ResyncInterval: 30 * time.Second}
+	return Config{GiveUpAfter: 10 * time.Minute, ResyncInterval: 30 * time.Second, BootWindow: 10 * time.Minute}
 }
 
 // duration is a TOML string like "10m" or "0".
@@ -81,6 +90,11 @@ type fileConfig struct {
 		PinDevice      *bool     `toml:"pin_device"`
 		ResyncInterval *duration `toml:"resync_interval"`
 	} `toml:"policy"`
+	Boot struct {
+		NvmetConfig  *string   `toml:"nvmet_config"`
+		TargetConfig *string   `toml:"target_config"`
+		Window       *duration `toml:"window"`
+	} `toml:"boot"`
 }
 
 // LoadConfig reads and validates the file at path. A missing file is an
@@ -120,7 +134,7 @@ func ParseConfig(name string, b []byte) (Config, error) {
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		k := und[0]
-		return Config{}, fmt.Errorf("config %s: line %d: unknown key %q (known: watch.subnet, policy.give_up_after, policy.pin_device, policy.resync_interval)",
+		return Config{}, fmt.Errorf("config %s: line %d: unknown key %q (known: watch.subnet, policy.give_up_after, policy.pin_device, policy.resync_interval, boot.nvmet_config, boot.target_config, boot.window)",
 			name, keyLine(b, k), k.String())
 	}
 	c := DefaultConfig()
@@ -149,6 +163,24 @@ func ParseConfig(name string, b []byte) (Config, error) {
 			return Config{}, fmt.Errorf("config %s: line %d: policy.resync_interval %v is below 1s", name, keyLine(b, toml.Key{"policy", "resync_interval"}), d.Duration)
 		}
 		c.ResyncInterval = d.Duration
+	}
+	if v := fc.Boot.NvmetConfig; v != nil {
+		c.NvmetConfig = *v
+	}
+	if v := fc.Boot.TargetConfig; v != nil {
+		c.TargetConfig = *v
+	}
+	c.BootWindow = c.GiveUpAfter
+	if c.BootWindow == 0 {
+		c.BootWindow = 10 * time.Minute
+	}
+	if v := fc.Boot.Window; v != nil {
+		c.BootWindow = v.Duration
+	}
+	for _, f := range []struct{ key, v string }{{"boot.nvmet_config", c.NvmetConfig}, {"boot.target_config", c.TargetConfig}} {
+		if f.v != "" && !filepath.IsAbs(f.v) {
+			return Config{}, fmt.Errorf("config %s: line %d: %s %q must be an absolute path", name, valueLine(b, f.v), f.key, f.v)
+		}
 	}
 	slices.SortFunc(c.Watch, func(a, b netip.Prefix) int { return strings.Compare(a.String(), b.String()) })
 	return c, nil

@@ -73,6 +73,7 @@ type Engine struct {
 	lastAt      time.Time
 	stats       Stats
 	journalErrs []error
+	bootUntil   time.Time
 }
 
 // Stats are counters for metrics and status.
@@ -101,6 +102,7 @@ func New(opt Options) *Engine {
 		results: map[Key]Result{},
 		stats:   Stats{Rebinds: map[string]uint64{}},
 	}
+	e.bootUntil = opt.Now().Add(opt.Config.BootWindow)
 	e.loadPins()
 	return e
 }
@@ -171,6 +173,17 @@ func (e *Engine) Observe() (Observed, error) {
 				e.log.Error("journal entry ignored", "err", b)
 			}
 		}
+	}
+	e.mu.Lock()
+	cfg, bootUntil := e.cfg, e.bootUntil
+	e.mu.Unlock()
+	obs.BootUntil = bootUntil
+	if cfg.NvmetConfig != "" || cfg.TargetConfig != "" {
+		d, err := LoadDeclared(cfg)
+		if err != nil {
+			e.log.Warn("saved config unreadable; boot completion skipped", "err", err)
+		}
+		obs.Declared = d
 	}
 	obs.Devices, obs.DevicesErr = e.opt.Kernel.Devices()
 	obs.Addrs, obs.AddrsErr = e.opt.Kernel.Addrs()
@@ -313,6 +326,8 @@ func (e *Engine) apply(it *Item) error {
 		err = e.toggleISER(it)
 	case ActCompleteISER:
 		err = e.completeISER(it.ID)
+	case ActCompleteBoot:
+		err = e.completeBoot(it)
 	case ActDropJournal:
 		err = e.opt.Journal.Delete(it.Key)
 		e.log.Info("journal entry dropped", "listener", it.Key.String(), "reason", it.Reason)
@@ -455,6 +470,17 @@ func (e *Engine) completePort(id string, links []configfs.Link) error {
 		}
 	}
 	return e.opt.Journal.Delete(Key{KindNvmet, id})
+}
+
+// completeBoot links the declared subsystems that are missing, in order.
+func (e *Engine) completeBoot(it *Item) error {
+	for _, l := range it.Links {
+		err := e.opt.FS.Relink(it.ID, l)
+		if err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 func (e *Engine) toggleISER(it *Item) error {

@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
@@ -69,10 +70,13 @@ const (
 	// ActDropJournal: the journal entry has nothing left to do (the port
 	// or its subsystems were removed by the admin, or all links are back).
 	ActDropJournal
+	// ActCompleteBoot: link the subsystems a saved config declares for
+	// this port that the boot-time restore could not link.
+	ActCompleteBoot
 )
 
 func (a Action) String() string {
-	return [...]string{"none", "rebind", "complete-relink", "toggle-iser", "complete-iser", "drop-journal"}[a]
+	return [...]string{"none", "rebind", "complete-relink", "toggle-iser", "complete-iser", "drop-journal", "complete-boot"}[a]
 }
 
 // Observed is everything one reconcile reads.
@@ -89,7 +93,11 @@ type Observed struct {
 	// anything listens is then unknown and no rebind is planned.
 	ListenersErr error
 	Journal      map[Key]Intent
-	Now          time.Time
+	// Declared is what nvmetcli's/targetcli's saved configs declare;
+	// BootUntil ends the window in which it is completed.
+	Declared  []Declared
+	BootUntil time.Time
+	Now       time.Time
 }
 
 // Memory is what the engine remembers between reconciles.
@@ -115,6 +123,7 @@ type Item struct {
 	Links     []configfs.Link // ActRebindPort: all links; ActCompletePort: the journal's
 	DeadSince time.Time
 	RetryAt   time.Time // a pending retry (backoff)
+	eligible  bool      // RDMA, specific address, watched: may be written
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -135,6 +144,7 @@ func Plan(obs Observed, mem Memory, cfg Config) []Item {
 		seen[it.Key] = true
 		items = append(items, it)
 	}
+	items = completeBoot(items, obs, mem, cfg, net)
 	// Journal entries whose object is gone: the admin removed it.
 	keys := make([]Key, 0, len(obs.Journal))
 	for k := range obs.Journal {
@@ -250,7 +260,7 @@ func common(it *Item, ap netip.AddrPort, obs Observed, mem Memory, cfg Config, n
 		it.Listening, it.Device = listening(obs, it.Kind, ap)
 		return false
 	}
-	it.Managed = true
+	it.Managed, it.eligible = true, true
 	it.Listening, _ = listening(obs, it.Kind, ap)
 	if l, d := listening(obs, it.Kind, ap); l != nil && *l {
 		it.Device = d
@@ -320,6 +330,10 @@ func planPort(p configfs.Port, obs Observed, mem Memory, cfg Config, net netView
 	j, journaled := obs.Journal[it.Key]
 	if p.Err != nil {
 		it.Reason = "not touched: " + p.Err.Error()
+		return it
+	}
+	if p.Trtype == "rdma" && p.Adrfam != "ipv4" && p.Adrfam != "ipv6" {
+		it.Reason = fmt.Sprintf("address family %q is not ipv4 or ipv6", p.Adrfam)
 		return it
 	}
 	if p.Trtype != "rdma" {
@@ -447,6 +461,10 @@ func Writes(it Item, root string) []string {
 		for _, l := range it.Links {
 			w = append(w, "ln -s "+root+"/nvmet/subsystems/"+l.NQN+" "+port(l))
 		}
+	case ActCompleteBoot:
+		for _, l := range it.Links {
+			w = append(w, "ln -s "+root+"/nvmet/subsystems/"+l.NQN+" "+port(l))
+		}
 	case ActToggleISER, ActCompleteISER:
 		iqn, tpg, np, _ := configfs.ParsePortalID(it.ID)
 		f := root + "/target/iscsi/" + iqn + "/" + tpg + "/np/" + np + "/iser"
@@ -458,4 +476,80 @@ func Writes(it Item, root string) []string {
 		w = append(w, "forget the journal entry of "+it.Key.String())
 	}
 	return w
+}
+
+// completeBoot adds, within the boot window, the links and iSER portals
+// that a saved config declares and that configfs lacks. Nothing that does
+// not exist in configfs is created: it is only reported.
+func completeBoot(items []Item, obs Observed, mem Memory, cfg Config, net netView) []Item {
+	idx := map[Key]int{}
+	for i, it := range items {
+		idx[it.Key] = i
+	}
+	linked := map[string]map[string]bool{}
+	for _, p := range obs.Ports {
+		m := map[string]bool{}
+		for _, l := range p.Links {
+			m[l.NQN] = true
+		}
+		linked[p.ID] = m
+	}
+	portalISER := map[string]bool{}
+	for _, p := range obs.Portals {
+		portalISER[p.ID()] = p.ISER
+	}
+	open := obs.Now.Before(obs.BootUntil)
+	for _, d := range obs.Declared {
+		k := Key{d.Kind, d.ID}
+		i, ok := idx[k]
+		if !ok {
+			items = append(items, Item{Key: k, Address: d.Addr.Addr(), Service: d.Addr.Port(),
+				Reason: fmt.Sprintf("declared in %s but not in configfs: not created", d.Source)})
+			idx[k] = len(items) - 1
+			continue
+		}
+		it := &items[i]
+		if !it.eligible || it.Action != ActNone || (it.Address != d.Addr.Addr() || it.Service != d.Addr.Port()) {
+			continue
+		}
+		var missing []configfs.Link
+		var absent []string
+		if d.Kind == KindNvmet {
+			for _, n := range d.NQNs {
+				switch {
+				case linked[d.ID][n]:
+				case !obs.Subsystems[n]:
+					absent = append(absent, n)
+				default:
+					missing = append(missing, configfs.Link{Name: n, NQN: n})
+				}
+			}
+			if len(absent) > 0 {
+				it.Reason += fmt.Sprintf("; subsystem(s) %s declared in %s do not exist: not created", strings.Join(absent, ", "), d.Source)
+			}
+			if len(missing) == 0 {
+				continue
+			}
+		} else if portalISER[d.ID] {
+			continue
+		}
+		what := fmt.Sprintf("%d link(s)", len(missing))
+		if d.Kind == KindLIO {
+			what = "iser=1"
+		}
+		if !open {
+			it.Reason += fmt.Sprintf("; %s declared in %s missing; boot completion window is over, not restored", what, d.Source)
+			continue
+		}
+		it.Reason = fmt.Sprintf("%s declared in %s missing (refused at boot?)", what, d.Source)
+		it.Expected, it.Managed = true, true
+		if gate(it, obs, mem, cfg, net) {
+			if d.Kind == KindNvmet {
+				it.Action, it.Links = ActCompleteBoot, missing
+			} else {
+				it.Action = ActCompleteISER
+			}
+		}
+	}
+	return items
 }

@@ -1,0 +1,136 @@
+package rebind
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Declared is a port→subsystems or iSER portal that a saved configuration
+// (nvmetcli's /etc/nvmet/config.json, targetcli's /etc/target/saveconfig.json)
+// declares. At boot, the restore of such a file fails for listeners whose
+// address or RDMA device is not there yet (the kernel refuses the link or
+// iser=1); the engine completes them once they can bind.
+type Declared struct {
+	Source string // the file
+	Kind   Kind
+	ID     string // port id, or <iqn>/tpgt_<N>/<np>
+	Addr   netip.AddrPort
+	NQNs   []string // nvmet: the subsystems the port links, in file order
+}
+
+// nvmetcli's format (nvmetcli/nvmet/nvme.py Root.dump()).
+type nvmetcliFile struct {
+	Ports []struct {
+		PortID     json.Number       `json:"portid"`
+		Addr       map[string]string `json:"addr"`
+		Subsystems []string          `json:"subsystems"`
+	} `json:"ports"`
+}
+
+// ParseNvmetcli reads nvmetcli's saved config: rdma ports with specific
+// addresses and the subsystems they link.
+func ParseNvmetcli(name string, b []byte) ([]Declared, error) {
+	var f nvmetcliFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("nvmetcli config %s: %w", name, err)
+	}
+	var out []Declared
+	for i, p := range f.Ports {
+		id := p.PortID.String()
+		if _, err := strconv.ParseUint(id, 10, 16); err != nil {
+			return nil, fmt.Errorf("nvmetcli config %s: ports[%d]: portid %q is not a port number", name, i, id)
+		}
+		if p.Addr["trtype"] != "rdma" {
+			continue
+		}
+		ip, err := netip.ParseAddr(p.Addr["traddr"])
+		if err != nil {
+			return nil, fmt.Errorf("nvmetcli config %s: port %s: traddr %q is not an IP address", name, id, p.Addr["traddr"])
+		}
+		svc, err := strconv.ParseUint(p.Addr["trsvcid"], 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("nvmetcli config %s: port %s: trsvcid %q is not a port number", name, id, p.Addr["trsvcid"])
+		}
+		out = append(out, Declared{Source: name, Kind: KindNvmet, ID: id, Addr: netip.AddrPortFrom(ip.Unmap(), uint16(svc)), NQNs: p.Subsystems})
+	}
+	return out, nil
+}
+
+// rtslib-fb's format (rtslib/root.py RTSRoot.dump()).
+type saveconfigFile struct {
+	Targets []struct {
+		WWN    string `json:"wwn"`
+		Fabric string `json:"fabric"`
+		TPGs   []struct {
+			Tag     int `json:"tag"`
+			Portals []struct {
+				IPAddress string `json:"ip_address"`
+				Port      int    `json:"port"`
+				ISER      bool   `json:"iser"`
+			} `json:"portals"`
+		} `json:"tpgs"`
+	} `json:"targets"`
+}
+
+// ParseSaveconfig reads targetcli's saved config: iSCSI portals with
+// iser enabled.
+func ParseSaveconfig(name string, b []byte) ([]Declared, error) {
+	var f saveconfigFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("targetcli config %s: %w", name, err)
+	}
+	var out []Declared
+	for _, t := range f.Targets {
+		if t.Fabric != "iscsi" {
+			continue
+		}
+		for _, tpg := range t.TPGs {
+			for _, p := range tpg.Portals {
+				if !p.ISER {
+					continue
+				}
+				ip, err := netip.ParseAddr(strings.Trim(p.IPAddress, "[]"))
+				if err != nil {
+					return nil, fmt.Errorf("targetcli config %s: target %s tpg %d: ip_address %q is not an IP address", name, t.WWN, tpg.Tag, p.IPAddress)
+				}
+				if p.Port <= 0 || p.Port > 65535 {
+					return nil, fmt.Errorf("targetcli config %s: target %s tpg %d: port %d is not a port number", name, t.WWN, tpg.Tag, p.Port)
+				}
+				ap := netip.AddrPortFrom(ip.Unmap(), uint16(p.Port))
+				out = append(out, Declared{Source: name, Kind: KindLIO, ID: t.WWN + "/tpgt_" + strconv.Itoa(tpg.Tag) + "/" + ap.String(), Addr: ap})
+			}
+		}
+	}
+	return out, nil
+}
+
+// LoadDeclared reads the saved configs named in the config; a file that
+// does not exist declares nothing.
+func LoadDeclared(cfg Config) ([]Declared, error) {
+	var out []Declared
+	for _, f := range []struct {
+		path  string
+		parse func(string, []byte) ([]Declared, error)
+	}{{cfg.NvmetConfig, ParseNvmetcli}, {cfg.TargetConfig, ParseSaveconfig}} {
+		if f.path == "" {
+			continue
+		}
+		b, err := os.ReadFile(f.path)
+		if os.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		d, err := f.parse(f.path, b)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d...)
+	}
+	return out, nil
+}
