@@ -25,6 +25,7 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/control"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/metrics"
 	"github.com/nvmet-rebind/nvmet-rebind/udev"
 )
 
@@ -72,7 +73,10 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		ExitErrHandler: func(*cli.Context, error) {},
 		Commands: []*cli.Command{
 			{Name: "run", Usage: "run the daemon in the foreground", Action: cmdRun,
-				Flags: []cli.Flag{&cli.BoolFlag{Name: "dry-run", Usage: "plan and log, write nothing to configfs"}}},
+				Flags: []cli.Flag{
+					&cli.BoolFlag{Name: "dry-run", Usage: "plan and log, write nothing to configfs"},
+					&cli.StringFlag{Name: "metrics-listen", Usage: "serve Prometheus metrics on this loopback address (e.g. 127.0.0.1:9767); off when empty"},
+				}},
 			{Name: "reload", Usage: "validate the config, then make the running daemon re-read it", Action: cmdReload},
 			{Name: "status", Usage: "every RDMA port and portal: listening as verified, managed and why", Action: cmdStatus,
 				Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "machine-readable output (stable field names)"}}},
@@ -213,6 +217,13 @@ func cmdRun(c *cli.Context) error {
 		}
 		return err
 	})
+	if addr := c.String("metrics-listen"); addr != "" {
+		if err := metrics.CheckAddr(addr, false); err != nil {
+			return &exitError{2, err}
+		}
+		col := metrics.NewCollector(e.eng, stats)
+		task("metrics", func() error { return metrics.Serve(ctx, addr, col) })
+	}
 	srv, err := control.Listen(sockPath(c), e.handler(c))
 	if err != nil {
 		return &exitError{2, err}

@@ -1,0 +1,139 @@
+// Package metrics exposes the engine's state to Prometheus. Values are
+// read from the engine at scrape time: no goroutine, no extra wakeups.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/udev"
+)
+
+const ns = "nvmet_rebind"
+
+// Collector reads an engine and the event sources' counters.
+type Collector struct {
+	eng    *rebind.Engine
+	events *udev.Stats
+
+	listeners, rebinds, latency, pending, reconciles, resyncs, reconnects, eventsSeen *prometheus.Desc
+}
+
+// NewCollector returns a collector over eng and the event stats (may be nil).
+func NewCollector(eng *rebind.Engine, events *udev.Stats) *Collector {
+	return &Collector{
+		eng: eng, events: events,
+		listeners:  prometheus.NewDesc(ns+"_listeners", "RDMA listeners by kind and state: managed, alive, dead, unknown (managed and expected ones only for the last three).", []string{"kind", "state"}, nil),
+		rebinds:    prometheus.NewDesc(ns+"_rebinds_total", "Rebind attempts by result: ok, refused (address/device not ready), unverified (no LISTEN after), error.", []string{"result"}, nil),
+		latency:    prometheus.NewDesc(ns+"_last_relisten_seconds", "Time from the first write of the last successful rebind to LISTEN verified.", nil, nil),
+		pending:    prometheus.NewDesc(ns+"_pending_retries", "Listeners waiting for a backoff retry.", nil, nil),
+		reconciles: prometheus.NewDesc(ns+"_reconciles_total", "Reconciles run.", nil, nil),
+		resyncs:    prometheus.NewDesc(ns+"_event_source_resyncs_total", "Full resyncs requested by an event source (socket (re)opened, overrun, unparsable event).", []string{"source"}, nil),
+		reconnects: prometheus.NewDesc(ns+"_event_source_reconnects_total", "Event source reconnects after an error (ENOBUFS included).", []string{"source"}, nil),
+		eventsSeen: prometheus.NewDesc(ns+"_events_total", "Kernel events received.", []string{"source"}, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.listeners, c.rebinds, c.latency, c.pending, c.reconciles, c.resyncs, c.reconnects, c.eventsSeen} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	snap := c.eng.Snapshot()
+	counts := map[[2]string]float64{}
+	for _, k := range []string{"nvmet", "lio"} {
+		for _, s := range []string{"managed", "alive", "dead", "unknown"} {
+			counts[[2]string{k, s}] = 0
+		}
+	}
+	for _, it := range snap.Items {
+		if !it.Managed {
+			continue
+		}
+		k := string(it.Kind)
+		counts[[2]string{k, "managed"}]++
+		if !it.Expected {
+			continue
+		}
+		switch {
+		case it.Listening == nil:
+			counts[[2]string{k, "unknown"}]++
+		case *it.Listening:
+			counts[[2]string{k, "alive"}]++
+		default:
+			counts[[2]string{k, "dead"}]++
+		}
+	}
+	for key, v := range counts {
+		ch <- prometheus.MustNewConstMetric(c.listeners, prometheus.GaugeValue, v, key[0], key[1])
+	}
+	for _, r := range []string{"ok", "refused", "unverified", "error"} {
+		ch <- prometheus.MustNewConstMetric(c.rebinds, prometheus.CounterValue, float64(snap.Stats.Rebinds[r]), r)
+	}
+	ch <- prometheus.MustNewConstMetric(c.latency, prometheus.GaugeValue, snap.Stats.LastLatency.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(snap.Stats.PendingRetries))
+	ch <- prometheus.MustNewConstMetric(c.reconciles, prometheus.CounterValue, float64(snap.Stats.Reconciles))
+	if c.events != nil {
+		s := c.events.Snapshot()
+		for src, n := range map[string]udev.Counts{udev.SourceUevent: s.Uevent, udev.SourceRtnetlink: s.Rtnetlink} {
+			ch <- prometheus.MustNewConstMetric(c.resyncs, prometheus.CounterValue, float64(n.Resyncs), src)
+			ch <- prometheus.MustNewConstMetric(c.reconnects, prometheus.CounterValue, float64(n.Reconnects), src)
+			ch <- prometheus.MustNewConstMetric(c.eventsSeen, prometheus.CounterValue, float64(n.Events), src)
+		}
+	}
+}
+
+// Handler returns the /metrics handler for a registry holding c and the
+// process/Go collectors.
+func Handler(c *Collector) http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+}
+
+// CheckAddr refuses a listen address that is not loopback unless allowed:
+// the metrics tell which storage addresses exist and which are dead.
+func CheckAddr(addr string, allowPublic bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("metrics listen address %q: %w (use e.g. 127.0.0.1:9767)", addr, err)
+	}
+	ip := net.ParseIP(host)
+	if host == "localhost" || (ip != nil && ip.IsLoopback()) || allowPublic {
+		return nil
+	}
+	return fmt.Errorf("metrics listen address %q is not loopback; use 127.0.0.1 or [::1]", addr)
+}
+
+// Serve serves /metrics on addr until ctx is done.
+func Serve(ctx context.Context, addr string, c *Collector) error {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", Handler(c))
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics listen %s: %w", addr, err)
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("metrics %s: %w", addr, err)
+	}
+	return nil
+}
