@@ -46,6 +46,10 @@ type Options struct {
 	Now      func() time.Time        // clock; time.Now when nil
 	Fault    func(point string) bool // test hook: true stops the rebind there (ErrCrashed)
 	StateDir string                  // for pins.json; "" keeps pins in memory only
+	// HeartbeatEvery, when set, makes Run call its heartbeat at least this
+	// often from the loop itself (the systemd watchdog): a reconcile that
+	// hangs stops the beats.
+	HeartbeatEvery time.Duration
 }
 
 // Result is the outcome of the last action on a listener.
@@ -552,10 +556,19 @@ func (e *Engine) Run(ctx context.Context, heartbeat func()) error {
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
+	var beat <-chan time.Time
+	if e.opt.HeartbeatEvery > 0 && heartbeat != nil {
+		t := time.NewTicker(e.opt.HeartbeatEvery)
+		defer t.Stop()
+		beat = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-beat:
+			heartbeat()
+			continue
 		case <-e.trigger:
 		case <-resync.C:
 		case <-retry.C:
