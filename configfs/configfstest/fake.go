@@ -641,3 +641,11 @@ func (k *Kernel) String() string {
 	slices.Sort(s)
 	return strings.Join(s, "; ")
 }
+
+// KillListener destroys one listener the way a device removal does for
+// it, leaving configfs alone (for benchmarks and targeted tests).
+func (k *Kernel) KillListener(owner, id string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.listen, listenerKey{owner, id})
+}

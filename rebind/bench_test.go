@@ -1,0 +1,100 @@
+package rebind_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/nvmet-rebind/nvmet-rebind/configfs"
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+)
+
+// bigWorld builds n nvmet ports (1–8 subsystems each) and n LIO portals on
+// n addresses of rxe0/veth0, all listening.
+func bigWorld(b *testing.B, n int) *configfstest.Kernel {
+	b.Helper()
+	k := configfstest.New(b)
+	k.AddDevice("rxe0", 1, "veth0")
+	for s := 0; s < 8; s++ {
+		k.AddSubsystem(fmt.Sprintf("nqn.2024-01.lab:s%d", s))
+	}
+	admin := configfs.NewWithOps(k.Root, k.Admin())
+	for i := 0; i < n; i++ {
+		ip := ipOf(i)
+		k.AddAddr("veth0", ip)
+		id := fmt.Sprint(i + 1)
+		k.AddPort(id, "rdma", "ipv4", ip, "4420")
+		for s := 0; s <= i%8; s++ {
+			nqn := fmt.Sprintf("nqn.2024-01.lab:s%d", s)
+			if err := admin.Relink(id, configfs.Link{Name: nqn, NQN: nqn}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		np := ip + ":3260"
+		k.AddPortal("iqn.2024-01.lab:t", "tpgt_1", np)
+		if err := admin.SetISER("iqn.2024-01.lab:t/tpgt_1/"+np, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return k
+}
+
+func benchEngine(b *testing.B, k *configfstest.Kernel) *rebind.Engine {
+	j, err := rebind.OpenJournal(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return rebind.New(rebind.Options{FS: k.FS(), Kernel: k, Journal: j, Config: rebind.DefaultConfig()})
+}
+
+// BenchmarkObservePlan: one full observe + plan of n ports and n portals,
+// all healthy (what every resync costs).
+func BenchmarkObservePlan(b *testing.B) {
+	for _, n := range []int{256, 1024, 4096} {
+		b.Run(fmt.Sprintf("ports=%d+portals=%d", n, n), func(b *testing.B) {
+			k := bigWorld(b, n)
+			e := benchEngine(b, k)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				items, _, err := e.PlanNow()
+				if err != nil || len(items) != 2*n {
+					b.Fatalf("%d items, %v", len(items), err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkReconcileOnePercentDead: a full reconcile where 1% of the
+// listeners (ports and portals) are dead and get rebound.
+func BenchmarkReconcileOnePercentDead(b *testing.B) {
+	for _, n := range []int{256, 1024, 4096} {
+		b.Run(fmt.Sprintf("ports=%d+portals=%d", n, n), func(b *testing.B) {
+			k := bigWorld(b, n)
+			e := benchEngine(b, k)
+			dead := max(1, n/100)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				b.StopTimer()
+				for i := 0; i < dead; i++ {
+					k.KillListener("nvmet_rdma", fmt.Sprint(i*100+1))
+					ip := ipOf(i * 100)
+					k.KillListener("ib_isert", "iqn.2024-01.lab:t/tpgt_1/"+ip+":3260")
+				}
+				b.StartTimer()
+				if _, err := e.Reconcile(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if !k.Listening("nvmet_rdma", "1") {
+				b.Fatal("not healed")
+			}
+		})
+	}
+}
+
+func ipOf(i int) string { return fmt.Sprintf("10.%d.%d.%d", i/62500, i/250%250, i%250+1) }
