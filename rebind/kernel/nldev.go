@@ -16,14 +16,12 @@ const (
 	nlmsgHdrLen = 16 // struct nlmsghdr
 	nlaHdrLen   = 4  // struct nlattr
 
-	nlmsgNoop    = 0x1
 	nlmsgError   = 0x2
 	nlmsgDone    = 0x3
 	nlmsgOverrun = 0x4
 	nlmsgMinType = 0x10 // types below are control messages
 
 	nlmFRequest  = 0x001
-	nlmFAck      = 0x004
 	nlmFDumpIntr = 0x010
 	nlmFDump     = 0x300 // NLM_F_ROOT|NLM_F_MATCH
 
