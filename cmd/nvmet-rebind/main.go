@@ -448,14 +448,27 @@ func cmdStatus(c *cli.Context) error {
 		return enc.Encode(r)
 	}
 	w := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "KIND\tID\tADDRESS\tDEVICE\tNETDEV\tLISTENING\tMANAGED\tREASON")
+	fmt.Fprintln(w, "KIND\tID\tADDRESS\tDEVICE\tNETDEV\tLISTENING\tMANAGED\tLAST ACTION\tRETRY\tREASON")
 	for _, l := range r.Listeners {
 		addr := l.Address
 		if l.Service != "" {
 			addr = joinHostPort(l.Address, l.Service)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Kind, l.ID, dash(addr), dash(l.Device), dash(l.Netdev), yesNo(l.Listening), yesNoB(l.Managed), l.Reason)
+		last := "-"
+		if l.LastAction != "" {
+			last = l.LastAction + ": " + l.LastResult
+			if l.LastAt != nil {
+				last += " (" + l.LastAt.Local().Format(time.TimeOnly) + ")"
+			}
+		}
+		retry := "-"
+		if l.RetryAt != nil {
+			retry = "in " + time.Until(*l.RetryAt).Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Kind, l.ID, dash(addr), dash(l.Device), dash(l.Netdev),
+			yesNo(l.Listening), yesNoB(l.Managed), last, retry, l.Reason)
 	}
+	fmt.Fprintf(w, "\n(source: %s)\n", r.Source)
 	if err := w.Flush(); err != nil {
 		return err
 	}
