@@ -222,7 +222,7 @@ func listening(obs Observed, k Kind, ap netip.AddrPort) (*bool, string) {
 		return nil, ""
 	}
 	for _, c := range obs.Listeners {
-		if c.Listening() && c.Port != 0 && c.Src == ap && (c.KernName == k.owner() || c.KernName == "") {
+		if c.Listening() && c.Port != 0 && unzoned(c.Src) == ap && (c.KernName == k.owner() || c.KernName == "") {
 			return ptr(true), c.DevName
 		}
 	}
@@ -277,7 +277,7 @@ func wildcardListening(obs Observed, k Kind, ap netip.AddrPort) (*bool, string) 
 		return ptr(false), ""
 	}
 	for _, c := range obs.Listeners {
-		if c.Listening() && c.Src == ap && (c.KernName == k.owner() || c.KernName == "") {
+		if c.Listening() && unzoned(c.Src) == ap && (c.KernName == k.owner() || c.KernName == "") {
 			return ptr(true), ""
 		}
 	}
@@ -552,4 +552,9 @@ func completeBoot(items []Item, obs Observed, mem Memory, cfg Config, net netVie
 		}
 	}
 	return items
+}
+
+// unzoned drops an IPv6 scope the kernel reports for link-local listeners.
+func unzoned(ap netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(ap.Addr().WithZone(""), ap.Port())
 }
