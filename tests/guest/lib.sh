@@ -225,7 +225,7 @@ write_config() {
 
 # rb ARGS…: the nvmet-rebind CLI with this scenario's config and state dir.
 rb() {
-	"$DAEMON" --config "$W/config.toml" --state-dir "$W/state" "$@"
+	"$DAEMON" --config "$W/config.toml" --state-dir "$W/state" --run-dir "$W/run" "$@"
 }
 
 # daemon_start [VAR=VALUE…]: start the daemon in the background; wait for
@@ -235,7 +235,7 @@ daemon_start() {
 	[ -f "$W/config.toml" ] || write_config
 	mkdir -p "$W/state"
 	echo "---- daemon start $* ----" >>"$W/daemon.log"
-	env "$@" "$DAEMON" --config "$W/config.toml" --state-dir "$W/state" --log-level debug run >>"$W/daemon.log" 2>&1 &
+	env "$@" "$DAEMON" --config "$W/config.toml" --state-dir "$W/state" --run-dir "$W/run" --log-level debug run >>"$W/daemon.log" 2>&1 &
 	DAEMON_PID=$!
 	echo $DAEMON_PID >"$PIDS/daemon-$DAEMON_PID"
 	_i=0
@@ -282,7 +282,7 @@ daemon_alive() { [ -n "$DAEMON_PID" ] && kill -0 "$DAEMON_PID" 2>/dev/null; }
 run_scenario() {
 	_name=$1
 	_f=
-	for _c in /e2e/scenarios/*-"$_name".sh; do [ -f "$_c" ] && _f=$_c; done
+	for _c in /e2e/scenarios/[0-9][0-9]-"$_name".sh; do [ -f "$_c" ] && _f=$_c; done
 	echo "E2E BEGIN $_name"
 	if [ -z "$_f" ]; then
 		echo "E2E RESULT $_name FAIL no such scenario script"
@@ -359,3 +359,26 @@ cleanup_all() {
 	rm -rf "/tmp/e2e/work/${E2E_NAME:-none}/state"
 	return 0
 }
+
+# status_of KIND ID: the `status --json` line of one listener (e2eutil status
+# format: kind=… id=… address=… … reason="…").
+status_of() {
+	rb status --json >"$W/status.json" 2>"$W/status.err" || {
+		log "status --json failed: $(cat "$W/status.err")"
+		return 1
+	}
+	e2eutil status <"$W/status.json" | grep -F "kind=$1 id=$2 "
+}
+
+# check_rc: the exit code of `nvmet-rebind check`.
+check_rc() {
+	rb check >"$W/check.out" 2>&1
+	_c=$?
+	sed 's/^/      check: /' "$W/check.out" | head -n 5
+	return $_c
+}
+
+# ctrl_count: nvmet controllers created so far (target side, from dmesg).
+ctrl_count() { dmesg | grep -c 'nvmet: creating .*controller'; }
+# port_enables ID: how often nvmet-rdma enabled port ID (dmesg).
+port_enables() { dmesg | grep -c "nvmet_rdma: enabling port $1 "; }

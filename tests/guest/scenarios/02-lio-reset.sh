@@ -1,0 +1,29 @@
+# lio-reset: a LIO iSCSI portal with iser=1 (tpgt_1, fileio LUN) on a
+# specific IPv4 address; rxe0 delete + add → the daemon restores the iSER
+# LISTEN; iser still reads 1. Metric heal_ms.
+IQN=iqn.2024-01.io.e2e:lio-reset
+A=192.0.2.1
+need_daemon
+
+must veth veth0 veth1
+must addr veth0 $A/24
+must rxe_add rxe0 veth0
+must lio_target $IQN
+must lio_portal $IQN $A 3260
+listening ib_isert $A 3260 rxe0 || fail "iSER portal does not listen at setup"
+write_config
+daemon_start || fail "daemon did not start"
+
+must rdma_del rxe0
+wait_gone ib_isert $A 3260 5 || fail "iSER listener survived rdma link delete"
+[ "$(lio_iser $IQN $A 3260)" = 1 ] || fail "iser does not read 1 during the outage"
+sleep 1
+t0=$(now)
+must rxe_add rxe0 veth0
+ms=$(wait_listen ib_isert $A 3260 20 "$t0") || fail "iSER portal not listening 20 s after rdma link add"
+metric "heal_ms=$ms"
+[ "$(lio_iser $IQN $A 3260)" = 1 ] || fail "iser does not read 1 after the heal"
+daemon_alive || fail "the daemon died"
+daemon_stop
+[ "$DAEMON_RC" = 0 ] || fail "daemon exit status $DAEMON_RC after SIGTERM"
+pass "iSER portal healed: LISTEN ${ms} ms after rdma link add"

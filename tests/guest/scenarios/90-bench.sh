@@ -1,0 +1,51 @@
+# bench (only with NVMET_REBIND_E2E_BENCH=N): N resets each for an nvmet port
+# and an iSER portal; time from `rdma link add` to LISTEN with the daemon,
+# then the floor: a script doing the relink (unlink+ln -s, iser 0/1) right
+# after `rdma link add`, in the same VM. Prints median and max.
+NQN=nqn.2024-01.io.e2e:bench
+IQN=iqn.2024-01.io.e2e:bench
+A=192.0.2.1
+R=${E2E_BENCH:-0}
+[ "$R" -gt 0 ] || skip "NVMET_REBIND_E2E_BENCH not set"
+need_daemon
+
+must veth veth0 veth1
+must addr veth0 $A/24
+must rxe_add rxe0 veth0
+must nvmet_subsys $NQN
+must nvmet_port 1 $A 4420
+must nvmet_link 1 $NQN
+must lio_target $IQN
+must lio_portal $IQN $A 3260
+
+one() { # MODE: daemon | script
+	rdma_del rxe0 || fail "rdma link delete"
+	wait_gone nvmet_rdma $A 4420 5 || fail "listener survived"
+	sleep 0.5
+	t0=$(now)
+	rxe_add rxe0 veth0 || fail "rdma link add"
+	if [ "$1" = script ]; then
+		nvmet_unlink 1 $NQN; nvmet_link 1 $NQN
+		lio_set_iser $IQN $A 3260 0; lio_set_iser $IQN $A 3260 1
+	fi
+	n=$(wait_listen nvmet_rdma $A 4420 20 "$t0") || fail "$1: nvmet not healed"
+	l=$(wait_listen ib_isert $A 3260 20 "$t0") || fail "$1: lio not healed"
+	echo "$n" >>"$W/$1.nvmet"
+	echo "$l" >>"$W/$1.lio"
+	log "$1: nvmet $n ms, lio $l ms"
+}
+write_config
+daemon_start || fail "daemon did not start"
+i=0
+while [ $i -lt "$R" ]; do one daemon; i=$((i + 1)); done
+daemon_stop
+i=0
+while [ $i -lt "$R" ]; do one script; i=$((i + 1)); done
+for m in daemon script; do
+	for k in nvmet lio; do
+		s=$(e2eutil stats $(cat "$W/$m.$k"))
+		log "$m $k: $s"
+		for kv in $s; do metric "${m}_${k}_$kv"; done
+	done
+done
+pass "$R resets each: daemon nvmet $(e2eutil stats $(cat $W/daemon.nvmet) | cut -d' ' -f2-3), floor $(e2eutil stats $(cat $W/script.nvmet) | cut -d' ' -f2-3)"
