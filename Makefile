@@ -5,7 +5,7 @@ DESTDIR ?=
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build test unit demo bench lint clean
+.PHONY: all build test unit demo bench lint clean install
 
 all: build
 
@@ -32,3 +32,23 @@ bench:
 
 clean:
 	rm -rf bin tests/artifacts
+
+# make install [PREFIX=/usr/local] [DESTDIR=]: binary, unit, udev rule,
+# reference config (kept when present), man page, bash and zsh completion.
+install: build
+	install -D -m 0755 bin/nvmet-rebind $(DESTDIR)$(PREFIX)/sbin/nvmet-rebind
+	install -d -m 0755 $(DESTDIR)$(PREFIX)/lib/systemd/system
+	sed 's|/usr/local/sbin/|$(PREFIX)/sbin/|g' etc/systemd/nvmet-rebind.service > $(DESTDIR)$(PREFIX)/lib/systemd/system/nvmet-rebind.service
+	chmod 0644 $(DESTDIR)$(PREFIX)/lib/systemd/system/nvmet-rebind.service
+	v=$$(systemctl --version 2>/dev/null | awk 'NR==1{print $$2}'); \
+	if [ -n "$$v" ] && [ "$$v" -lt 253 ]; then \
+		install -d -m 0755 $(DESTDIR)/etc/systemd/system/nvmet-rebind.service.d; \
+		sed 's|/usr/local/sbin/|$(PREFIX)/sbin/|g' etc/systemd/nvmet-rebind.service.d/systemd-252.conf > $(DESTDIR)/etc/systemd/system/nvmet-rebind.service.d/systemd-252.conf; \
+	fi
+	install -d -m 0755 $(DESTDIR)/etc/udev/rules.d
+	sed 's|/usr/local/sbin/|$(PREFIX)/sbin/|g' etc/udev/rules.d/90-nvmet-rebind.rules > $(DESTDIR)/etc/udev/rules.d/90-nvmet-rebind.rules
+	install -d -m 0755 $(DESTDIR)/etc/nvmet-rebind
+	[ -e $(DESTDIR)/etc/nvmet-rebind/config.toml ] || install -m 0600 etc/nvmet-rebind/config.toml $(DESTDIR)/etc/nvmet-rebind/config.toml
+	install -D -m 0644 etc/man/nvmet-rebind.8 $(DESTDIR)$(PREFIX)/share/man/man8/nvmet-rebind.8
+	install -D -m 0644 etc/completion/nvmet-rebind.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/nvmet-rebind
+	install -D -m 0644 etc/completion/_nvmet-rebind $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_nvmet-rebind

@@ -26,6 +26,7 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/control"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/metrics"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/sdnotify"
 	"github.com/nvmet-rebind/nvmet-rebind/udev"
 )
 
@@ -130,7 +131,11 @@ type env struct {
 	eng    *rebind.Engine
 }
 
-func setup(c *cli.Context, dryRun bool) (*env, error) {
+func setup(c *cli.Context, dryRun bool) (*env, error) { return setupWith(c, dryRun, 0) }
+
+// setupWith builds the engine; heartbeat > 0 makes the loop beat for the
+// systemd watchdog.
+func setupWith(c *cli.Context, dryRun bool, heartbeat time.Duration) (*env, error) {
 	log, err := newLogger(c)
 	if err != nil {
 		return nil, err
@@ -140,7 +145,7 @@ func setup(c *cli.Context, dryRun bool) (*env, error) {
 		return nil, &exitError{2, err}
 	}
 	e := &env{cfg: cfg, log: log, fs: configfs.New(c.String("configfs-root")), kernel: rebind.NewLiveKernel(c.String("sysfs-root"))}
-	opts := rebind.Options{FS: e.fs, Kernel: e.kernel, Config: cfg, Logger: log, DryRun: dryRun}
+	opts := rebind.Options{FS: e.fs, Kernel: e.kernel, Config: cfg, Logger: log, DryRun: dryRun, HeartbeatEvery: heartbeat}
 	if !dryRun {
 		j, err := rebind.OpenJournal(c.String("state-dir"))
 		if err != nil {
@@ -166,7 +171,15 @@ func readOnlyJournal(stateDir string) (*rebind.Journal, error) {
 func pidFile(c *cli.Context) string { return filepath.Join(c.String("state-dir"), "nvmet-rebind.pid") }
 
 func cmdRun(c *cli.Context) error {
-	e, err := setup(c, c.Bool("dry-run"))
+	notify, err := sdnotify.New()
+	if err != nil {
+		return &exitError{2, err}
+	}
+	var beat time.Duration
+	if d, ok := notify.WatchdogInterval(); ok {
+		beat = d / 2
+	}
+	e, err := setupWith(c, c.Bool("dry-run"), beat)
 	if err != nil {
 		return err
 	}
@@ -210,8 +223,21 @@ func cmdRun(c *cli.Context) error {
 	defer cancel()
 	task("uevents", func() error { return udev.WatchUevents(ctx, poke, udev.Options{Stats: stats}) })
 	task("rtnetlink", func() error { return udev.WatchRtnetlink(ctx, poke, udev.Options{Stats: stats}) })
+	var readyOnce sync.Once
 	task("reconciler", func() error {
-		err := e.eng.Run(ctx, nil)
+		err := e.eng.Run(ctx, func() {
+			// READY=1 after the first full reconcile; then every beat
+			// proves the loop is alive.
+			readyOnce.Do(func() {
+				if err := notify.Ready(); err != nil {
+					e.log.Warn("sd_notify READY failed", "err", err)
+				}
+				notify.Status("reconciling; see nvmet-rebind status")
+			})
+			if err := notify.Watchdog(); err != nil {
+				e.log.Warn("sd_notify WATCHDOG failed", "err", err)
+			}
+		})
 		if errors.Is(err, context.Canceled) {
 			return nil
 		}
@@ -235,14 +261,22 @@ func cmdRun(c *cli.Context) error {
 			case <-ctx.Done():
 				return nil
 			case <-hup:
+				if err := notify.Reloading(); err != nil {
+					e.log.Warn("sd_notify RELOADING failed", "err", err)
+				}
 				cfg, err := rebind.LoadConfig(c.String("config"))
 				if err != nil {
 					e.log.Error("reload refused, keeping the old config", "err", err)
-					continue
+					notify.Status("reload refused: " + err.Error())
+				} else {
+					e.eng.SetConfig(cfg)
+					e.log.Info("config reloaded; give-up windows restarted", "watch", fmt.Sprint(cfg.Watch), "give_up_after", cfg.GiveUpAfter)
+					e.eng.Poke()
 				}
-				e.eng.SetConfig(cfg)
-				e.log.Info("config reloaded; give-up windows restarted", "watch", fmt.Sprint(cfg.Watch), "give_up_after", cfg.GiveUpAfter)
-				e.eng.Poke()
+				// Always READY again, or `systemctl reload` hangs.
+				if err := notify.Ready(); err != nil {
+					e.log.Warn("sd_notify READY failed", "err", err)
+				}
 			}
 		}
 	})
@@ -250,6 +284,9 @@ func cmdRun(c *cli.Context) error {
 	select {
 	case <-ctx.Done():
 	case runErr = <-errc:
+	}
+	if err := notify.Stopping(); err != nil {
+		e.log.Warn("sd_notify STOPPING failed", "err", err)
 	}
 	cancel()
 	wg.Wait()
