@@ -55,10 +55,10 @@ func (d *duration) UnmarshalText(b []byte) error {
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("%q is not a duration (use e.g. \"30s\", \"10m\", or \"0\")", s)
+		return fmt.Errorf("%q is not a duration (use e.g. \"30s\", \"10m\", or \"0\")", clip(s))
 	}
 	if v < 0 {
-		return fmt.Errorf("%q is negative", s)
+		return fmt.Errorf("%q is negative", clip(s))
 	}
 	d.Duration = v
 	return nil
@@ -69,10 +69,10 @@ type prefix struct{ netip.Prefix }
 func (p *prefix) UnmarshalText(b []byte) error {
 	v, err := netip.ParsePrefix(string(b))
 	if err != nil {
-		return fmt.Errorf("%q is not a subnet (use e.g. \"192.0.2.0/24\", \"192.0.2.1/32\" or \"2001:db8::/64\")", string(b))
+		return fmt.Errorf("%q is not a subnet (use e.g. \"192.0.2.0/24\", \"192.0.2.1/32\" or \"2001:db8::/64\")", clip(string(b)))
 	}
 	if v.Addr().Zone() != "" {
-		return fmt.Errorf("%q: zoned addresses are not supported", string(b))
+		return fmt.Errorf("%q: zoned addresses are not supported", clip(string(b)))
 	}
 	if v != v.Masked() {
 		return fmt.Errorf("%q has host bits set; did you mean %q?", string(b), v.Masked().String())
@@ -128,14 +128,14 @@ func ParseConfig(name string, b []byte) (Config, error) {
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			return Config{}, fmt.Errorf("config %s: line %d: %s", name, pe.Position.Line, pe.Message)
+			return Config{}, fmt.Errorf("config %s: line %d: %s", name, pe.Position.Line, clipN(pe.Message, 400))
 		}
-		return Config{}, fmt.Errorf("config %s: %w", name, err)
+		return Config{}, fmt.Errorf("config %s: %s", name, clip(err.Error()))
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		k := und[0]
 		return Config{}, fmt.Errorf("config %s: line %d: unknown key %q (known: watch.subnet, policy.give_up_after, policy.pin_device, policy.resync_interval, boot.nvmet_config, boot.target_config, boot.window)",
-			name, keyLine(b, k), k.String())
+			name, keyLine(b, k), clip(k.String()))
 	}
 	c := DefaultConfig()
 	for i, w := range fc.Watch {
@@ -179,7 +179,7 @@ func ParseConfig(name string, b []byte) (Config, error) {
 	}
 	for _, f := range []struct{ key, v string }{{"boot.nvmet_config", c.NvmetConfig}, {"boot.target_config", c.TargetConfig}} {
 		if f.v != "" && !filepath.IsAbs(f.v) {
-			return Config{}, fmt.Errorf("config %s: line %d: %s %q must be an absolute path", name, valueLine(b, f.v), f.key, f.v)
+			return Config{}, fmt.Errorf("config %s: line %d: %s %q must be an absolute path", name, valueLine(b, f.v), f.key, clip(f.v))
 		}
 	}
 	slices.SortFunc(c.Watch, func(a, b netip.Prefix) int { return strings.Compare(a.String(), b.String()) })
@@ -217,4 +217,14 @@ func valueLine(b []byte, v string) int {
 		}
 	}
 	return n
+}
+
+// clip bounds user input echoed in an error message.
+func clip(s string) string { return clipN(s, 80) }
+
+func clipN(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + fmt.Sprintf("…(%d bytes)", len(s))
 }
