@@ -25,7 +25,11 @@ func BuildSiw(k *Kernel) (string, error) {
 		return ko, nil
 	}
 	if b, err := os.ReadFile(failed); err == nil {
-		return "", fmt.Errorf("cached failure (remove %s to retry): %s", dir, strings.TrimSpace(string(b)))
+		recipe, why, _ := strings.Cut(string(b), "\n")
+		if recipe == siwRecipe {
+			return "", fmt.Errorf("%s (cached; remove %s to retry)", strings.TrimSpace(why), dir)
+		}
+		os.Remove(failed) // an older recipe failed: try this one
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
@@ -35,12 +39,16 @@ func BuildSiw(k *Kernel) (string, error) {
 		// Cache only failures that are not about this host lacking tools
 		// or the network (those may work next time).
 		if _, skip := err.(ErrSkip); !skip && !strings.Contains(err.Error(), "apt-get") {
-			os.WriteFile(failed, []byte(err.Error()+"\n"), 0o644)
+			os.WriteFile(failed, []byte(siwRecipe+"\n"+err.Error()+"\n"), 0o644)
 		}
 		return "", err
 	}
 	return ko2, nil
 }
+
+// siwRecipe names the build recipe: a failure cached by another recipe is
+// retried.
+const siwRecipe = "siw-recipe-2"
 
 func buildSiw(k *Kernel, dir string) (string, error) {
 	abi := strings.TrimSuffix(k.Release, "-amd64")
@@ -116,9 +124,23 @@ func buildSiw(k *Kernel, dir string) (string, error) {
 		return "", err
 	}
 	src := filepath.Join(build, top, "drivers", "infiniband", "sw", "siw")
-	out, err := run("", "make", "-C", hdr, "M="+src, "CONFIG_RDMA_SIW=m", fmt.Sprintf("-j%d", runtime.NumCPU()), "modules")
+	// No BTF for the module: it would need pahole (dwarves) and the module
+	// loads without it.
+	out, err := run("", "make", "-C", hdr, "M="+src, "CONFIG_RDMA_SIW=m", "CONFIG_DEBUG_INFO_BTF_MODULES=",
+		fmt.Sprintf("-j%d", runtime.NumCPU()), "modules")
 	if err != nil {
-		return "", fmt.Errorf("make siw.ko: %v\n%s", err, lastLines(out, 20))
+		// Keep the reason short: the error lines, without the cache paths.
+		msg := strings.ReplaceAll(err.Error()+"\n"+out, dir+"/", "")
+		var keep []string
+		for _, l := range strings.Split(msg, "\n") {
+			if strings.Contains(l, "rror") || strings.Contains(l, "not found") || strings.Contains(l, "No such") {
+				keep = append(keep, strings.TrimSpace(l))
+			}
+		}
+		if len(keep) > 4 {
+			keep = keep[:4]
+		}
+		return "", fmt.Errorf("make siw.ko for %s failed: %s", k.Release, strings.Join(keep, "; "))
 	}
 	ko := filepath.Join(dir, "siw.ko")
 	if err := copyFile(ko, filepath.Join(src, "siw.ko")); err != nil {
@@ -126,12 +148,4 @@ func buildSiw(k *Kernel, dir string) (string, error) {
 	}
 	os.RemoveAll(build)
 	return ko, nil
-}
-
-func lastLines(s string, n int) string {
-	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(l) > n {
-		l = l[len(l)-n:]
-	}
-	return strings.Join(l, "\n")
 }
