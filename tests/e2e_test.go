@@ -30,6 +30,17 @@ func TestE2E(t *testing.T) {
 func runKernel(t *testing.T, series string, scenarios []string) {
 	img := prepareImage(t, series)
 	timeout := bootTimeout(t, len(scenarios))
+	if dl, ok := t.Deadline(); ok {
+		// Stop the VM cleanly before `go test -timeout` panics (the default
+		// of 10 minutes is too short for both kernels: use -timeout 60m).
+		if left := time.Until(dl) - 30*time.Second; left < timeout {
+			if left < time.Minute {
+				t.Fatalf("only %v left before the go test -timeout: run with -timeout 60m", time.Until(dl).Round(time.Second))
+			}
+			t.Logf("boot timeout capped to %v by the go test -timeout (use -timeout 60m)", left.Round(time.Second))
+			timeout = left
+		}
+	}
 	t.Logf("booting %s with %d scenarios (timeout %v): %s", img.kernel.Release, len(scenarios), timeout, strings.Join(scenarios, " "))
 	var mu sync.Mutex
 	start := time.Now()
