@@ -127,7 +127,7 @@ func (p Port) Addr() (netip.AddrPort, error) {
 		return netip.AddrPort{}, fmt.Errorf("nvmet port %s: addr_traddr %q: zoned addresses are not supported", p.ID, p.Traddr)
 	}
 	svc, err := strconv.ParseUint(p.Trsvcid, 10, 16)
-	if err != nil {
+	if err != nil || svc == 0 {
 		return netip.AddrPort{}, fmt.Errorf("nvmet port %s: addr_trsvcid %q is not a port number", p.ID, p.Trsvcid)
 	}
 	return netip.AddrPortFrom(ip.Unmap(), uint16(svc)), nil
@@ -310,9 +310,16 @@ func (f *FS) Port(id string) (Port, error) {
 // refusing any that points outside nvmet/subsystems of this root.
 func (f *FS) links(id string) ([]Link, error) {
 	dir := f.nvmet("ports", id, "subsystems")
-	names, err := f.names(dir, false)
+	names, err := f.ops.ReadDirNames(dir)
 	if err != nil {
 		return nil, fmt.Errorf("nvmet port %s: subsystems: %w", id, err)
+	}
+	for _, n := range names {
+		// A link we cannot name cannot be relinked: the port is shown,
+		// never touched (unlinking the others would not disable it).
+		if err := checkName(n); err != nil {
+			return nil, fmt.Errorf("nvmet port %s: subsystems: %w", id, err)
+		}
 	}
 	subsys := f.nvmet("subsystems")
 	var links []Link
@@ -343,14 +350,18 @@ func (f *FS) Portals() ([]Portal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lio iscsi: %w", err)
 	}
+	// One unreadable target must not hide the others: errors are
+	// collected and returned with every portal that could be read.
 	var portals []Portal
+	var errs []error
 	for _, iqn := range iqns {
 		if !strings.Contains(iqn, ".") && !strings.Contains(iqn, ":") {
 			continue // discovery_auth and other non-target groups
 		}
 		tpgs, err := f.names(f.iscsi(iqn), true)
 		if err != nil {
-			return nil, fmt.Errorf("lio target %s: %w", iqn, err)
+			errs = append(errs, fmt.Errorf("lio target %s: %w", iqn, err))
+			continue
 		}
 		for _, tpg := range tpgs {
 			if !strings.HasPrefix(tpg, "tpgt_") {
@@ -358,7 +369,8 @@ func (f *FS) Portals() ([]Portal, error) {
 			}
 			nps, err := f.names(f.iscsi(iqn, tpg, "np"), true)
 			if err != nil {
-				return nil, fmt.Errorf("lio target %s/%s: np: %w", iqn, tpg, err)
+				errs = append(errs, fmt.Errorf("lio target %s/%s: np: %w", iqn, tpg, err))
+				continue
 			}
 			for _, np := range nps {
 				p, err := f.portal(iqn, tpg, np)
@@ -366,14 +378,15 @@ func (f *FS) Portals() ([]Portal, error) {
 					continue
 				}
 				if err != nil {
-					return nil, err
+					errs = append(errs, err)
+					continue
 				}
 				portals = append(portals, p)
 			}
 		}
 	}
 	slices.SortStableFunc(portals, func(a, b Portal) int { return strings.Compare(a.ID(), b.ID()) })
-	return portals, nil
+	return portals, errors.Join(errs...)
 }
 
 // Portal reads one portal by its ID (<iqn>/<tpgt_N>/<np>).
@@ -387,6 +400,13 @@ func (f *FS) Portal(id string) (Portal, error) {
 
 func (f *FS) portal(iqn, tpg, np string) (Portal, error) {
 	p := Portal{IQN: iqn, TPG: tpg, NP: np}
+	// configfs has no symlinks on this path; one would lead writes out
+	// of the root.
+	for _, d := range []string{f.iscsi(iqn), f.iscsi(iqn, tpg), f.iscsi(iqn, tpg, "np")} {
+		if st, err := os.Lstat(d); err != nil || !st.IsDir() {
+			return Portal{}, fmt.Errorf("lio portal %s: %w", p.ID(), fs.ErrNotExist)
+		}
+	}
 	dir := f.iscsi(iqn, tpg, "np", np)
 	st, err := os.Lstat(dir)
 	if err != nil {

@@ -452,9 +452,11 @@ func TestHostileReads(t *testing.T) {
 				tc.port(t, ports)
 			}
 			if tc.portal != nil {
+				// Unreadable parts are reported in err; every readable
+				// portal must still be returned.
 				portals, err := f.Portals()
 				if err != nil {
-					t.Fatalf("Portals failed as a whole (one bad portal hides the good ones): %v", err)
+					t.Logf("reported: %v", err)
 				}
 				tc.portal(t, portals)
 			}

@@ -156,8 +156,8 @@ func (e *Engine) Observe() (Observed, error) {
 	if obs.Ports, err = e.opt.FS.Ports(); err != nil {
 		return obs, err
 	}
-	if obs.Portals, err = e.opt.FS.Portals(); err != nil {
-		return obs, err
+	if obs.Portals, obs.PortalsErr = e.opt.FS.Portals(); obs.PortalsErr != nil {
+		e.log.Warn("some LIO portals unreadable; the rest is reconciled", "err", obs.PortalsErr)
 	}
 	if nqns, err := e.opt.FS.Subsystems(); err != nil {
 		return obs, err

@@ -84,6 +84,7 @@ type Observed struct {
 	Ports      []configfs.Port
 	Subsystems map[string]bool // nvmet/subsystems/<nqn> exists
 	Portals    []configfs.Portal
+	PortalsErr error // some portals could not be read: never forget their journal
 	Devices    []kernel.Device
 	DevicesErr error
 	Addrs      []kernel.Addr
@@ -148,7 +149,7 @@ func Plan(obs Observed, mem Memory, cfg Config) []Item {
 	// Journal entries whose object is gone: the admin removed it.
 	keys := make([]Key, 0, len(obs.Journal))
 	for k := range obs.Journal {
-		if !seen[k] {
+		if !seen[k] && !(k.Kind == KindLIO && obs.PortalsErr != nil) {
 			keys = append(keys, k)
 		}
 	}

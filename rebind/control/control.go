@@ -45,6 +45,7 @@ type Server struct {
 	ln      *net.UnixListener
 	handler Handler
 	// Allowed decides whether a peer uid may use the socket.
+	mu      sync.Mutex
 	allowed func(uid uint32) bool
 	wg      sync.WaitGroup
 }
@@ -112,7 +113,10 @@ func (s *Server) serve(ctx context.Context, c *net.UnixConn) {
 		enc.Encode(Response{Error: "peer credentials: " + err.Error()})
 		return
 	}
-	if !s.allowed(uid) {
+	s.mu.Lock()
+	allowed := s.allowed
+	s.mu.Unlock()
+	if !allowed(uid) {
 		enc.Encode(Response{Error: fmt.Sprintf("uid %d is not allowed: the control socket is for root", uid)})
 		return
 	}

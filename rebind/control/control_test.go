@@ -49,7 +49,9 @@ func TestRoundTripAndPermissions(t *testing.T) {
 		t.Error("second Listen on a live socket succeeded")
 	}
 	// Peer check: deny our own uid and see the refusal.
+	s.mu.Lock()
 	s.allowed = func(uid uint32) bool { return uid != uint32(os.Getuid()) }
+	s.mu.Unlock()
 	if err := Call(context.Background(), path, Request{Cmd: "status"}, nil); err == nil || !strings.Contains(err.Error(), "not allowed") {
 		t.Errorf("peer check: %v", err)
 	}
