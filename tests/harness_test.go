@@ -224,9 +224,9 @@ func prepareImage(t *testing.T, series string) *vmImage {
 	}
 	bins := buildBinaries(t)
 	ov := vm.Overlay{Files: map[string]string{
-		"/init":                   filepath.Join("guest", "init.sh"),
-		"/e2e/lib.sh":             filepath.Join("guest", "lib.sh"),
-		"/e2e/demo.sh":            filepath.Join("guest", "demo.sh"),
+		"/init":                  filepath.Join("guest", "init.sh"),
+		"/e2e/lib.sh":            filepath.Join("guest", "lib.sh"),
+		"/e2e/demo.sh":           filepath.Join("guest", "demo.sh"),
 		"/usr/local/bin/e2eutil": bins.e2eutil,
 	}, Data: map[string][]byte{}}
 	scripts, _ := filepath.Glob(filepath.Join("guest", "scenarios", "*.sh"))

@@ -63,7 +63,7 @@ echo "E2E METRIC demo lio_heal_ms=$ms2"
 say "Listeners now:"
 listeners
 say "What the daemon logged:"
-grep -E 'level=(INFO|WARN|ERROR)' "$W/daemon.log" | grep -v 'starting' | tail -n 8 | cut -c1-200 | shown
+grep -E 'level=(INFO|WARN|ERROR)' "$W/daemon.log" | grep -v 'msg=starting' | tail -n 8 | sed 's/^time=[^ ]* //' | cut -c1-220 | shown
 t1=$(now)
 discover $A 4420 $NQN || fail "discover after the heal"
 say "nvme discover works again ($(e2eutil since "$t1") ms) and lists $NQN."

@@ -48,6 +48,11 @@ else
 	info "daemon: not built: $(cat /e2e/daemon-missing 2>/dev/null | head -n 3)"
 fi
 
+# The cost of one LISTEN poll (the granularity of every *_ms metric).
+_t=$(e2eutil now)
+for _i in 1 2 3 4 5; do rdma resource show cm_id >/dev/null 2>&1; done
+info "one 'rdma resource show cm_id' takes $(( ($(e2eutil now) - _t) / 5000 )) ms here (LISTEN poll granularity)"
+
 RC=0
 if [ "$MODE" = demo ]; then
 	/bin/dash /e2e/demo.sh || RC=1

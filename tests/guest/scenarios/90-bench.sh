@@ -18,6 +18,8 @@ must nvmet_link 1 $NQN
 must lio_target $IQN
 must lio_portal $IQN $A 3260
 
+LINK=$N/ports/1/subsystems/$NQN
+ISER=$T/iscsi/$IQN/tpgt_1/np/$A:3260/iser
 one() { # MODE: daemon | script
 	rdma_del rxe0 || fail "rdma link delete"
 	wait_gone nvmet_rdma $A 4420 5 || fail "listener survived"
@@ -25,8 +27,12 @@ one() { # MODE: daemon | script
 	t0=$(now)
 	rxe_add rxe0 veth0 || fail "rdma link add"
 	if [ "$1" = script ]; then
-		nvmet_unlink 1 $NQN; nvmet_link 1 $NQN
-		lio_set_iser $IQN $A 3260 0; lio_set_iser $IQN $A 3260 1
+		# nvmet in the background (rm and ln are programs), LIO with shell
+		# builtins only: both start right after rdma link add returns.
+		(rm "$LINK" && ln -s "$N/subsystems/$NQN" "$LINK") &
+		echo 0 >"$ISER"
+		echo 1 >"$ISER"
+		wait
 	fi
 	n=$(wait_listen nvmet_rdma $A 4420 20 "$t0") || fail "$1: nvmet not healed"
 	l=$(wait_listen ib_isert $A 3260 20 "$t0") || fail "$1: lio not healed"
