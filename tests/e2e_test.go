@@ -49,7 +49,7 @@ func runKernel(t *testing.T, series string, scenarios []string) {
 		"e2e.scenarios=" + strings.Join(scenarios, ","),
 		fmt.Sprintf("e2e.bench=%d", benchCount()),
 	}, timeout, func(line string) {
-		if strings.Contains(line, "E2E RESULT ") || strings.Contains(line, "E2E INFO ") {
+		if strings.Contains(line, "E2E RESULT ") || strings.Contains(line, "E2E INFO ") || strings.Contains(line, "E2E WARN ") {
 			mu.Lock()
 			defer mu.Unlock()
 			i := strings.Index(line, "E2E ")
@@ -64,6 +64,9 @@ func runKernel(t *testing.T, series string, scenarios []string) {
 		t.Run(name, func(t *testing.T) {
 			for _, m := range ev.Metrics[name] {
 				t.Logf("metric %s=%s", m.Key, m.Value)
+			}
+			for _, w := range ev.Warns[name] {
+				t.Logf("WARNING %s", w)
 			}
 			switch {
 			case !ok:

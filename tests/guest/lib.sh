@@ -34,6 +34,11 @@ fail() {
 	exit 1
 }
 metric() { echo "E2E METRIC ${E2E_NAME:-unknown} $1"; }
+# warn: something worth reporting that does not fail the scenario.
+warn() {
+	log "WARNING: $*"
+	echo "E2E WARN ${E2E_NAME:-unknown} $*"
+}
 
 # run CMD…: run a command, log it and its output; return its status.
 run() {
@@ -78,6 +83,7 @@ load_modules() {
 	for m in $MODULES; do
 		case $m in
 		null_blk) modprobe null_blk nr_devices=4 || return 1 ;;
+		dummy) modprobe dummy numdummies=0 || return 1 ;;
 		*) modprobe "$m" || { echo "modprobe $m failed"; return 1; } ;;
 		esac
 	done

@@ -27,7 +27,8 @@ type Events struct {
 	Logs    map[string][]string // console lines between E2E BEGIN and E2E RESULT
 	Done    bool
 	RC      int
-	Info    []string // E2E INFO lines
+	Info    []string            // E2E INFO lines
+	Warns   map[string][]string // E2E WARN <name> <text>, by scenario
 }
 
 var (
@@ -36,12 +37,13 @@ var (
 	reBegin  = regexp.MustCompile(`E2E BEGIN (\S+)`)
 	reDone   = regexp.MustCompile(`E2E DONE rc=(-?\d+)`)
 	reInfo   = regexp.MustCompile(`E2E INFO (.*)$`)
+	reWarn   = regexp.MustCompile(`E2E WARN (\S+) (.*)$`)
 )
 
 // ParseConsole extracts the markers from a console log. Markers may appear
 // anywhere in a line (kernel messages can be interleaved with them).
 func ParseConsole(console []byte) Events {
-	ev := Events{Results: map[string]Result{}, Metrics: map[string][]Metric{}, Logs: map[string][]string{}, RC: -1}
+	ev := Events{Results: map[string]Result{}, Metrics: map[string][]Metric{}, Logs: map[string][]string{}, Warns: map[string][]string{}, RC: -1}
 	current := ""
 	for _, line := range strings.Split(string(console), "\n") {
 		line = strings.TrimRight(line, "\r")
@@ -70,6 +72,10 @@ func ParseConsole(console []byte) Events {
 		if m := reDone.FindStringSubmatch(line); m != nil {
 			ev.Done = true
 			ev.RC, _ = strconv.Atoi(m[1])
+			continue
+		}
+		if m := reWarn.FindStringSubmatch(line); m != nil {
+			ev.Warns[m[1]] = append(ev.Warns[m[1]], m[2])
 			continue
 		}
 		if m := reInfo.FindStringSubmatch(line); m != nil {

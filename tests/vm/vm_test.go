@@ -20,6 +20,7 @@ func TestParseConsole(t *testing.T) {
 		"E2E RESULT two FAIL listener survived",
 		"E2E METRIC two wall_ms=50",
 		"E2E BEGIN three",
+		"E2E WARN three the daemon wrote during the outage",
 		"E2E RESULT three SKIP siw.ko not available: x",
 		"E2E DONE rc=1",
 	}, "\n")
@@ -45,6 +46,9 @@ func TestParseConsole(t *testing.T) {
 	}
 	if l := ev.Logs["two"]; len(l) != 2 || l[0] != "oops" {
 		t.Errorf("logs of two: %q", l)
+	}
+	if w := ev.Warns["three"]; len(w) != 1 || w[0] != "the daemon wrote during the outage" {
+		t.Errorf("warns %v", ev.Warns)
 	}
 	if len(ev.Info) != 1 {
 		t.Errorf("info %v", ev.Info)
