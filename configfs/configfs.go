@@ -199,12 +199,7 @@ func (f *FS) iscsi(elem ...string) string {
 // readAttr reads one attribute, bounded and trimmed. A missing attribute
 // is fs.ErrNotExist.
 func readAttr(path string) (string, error) {
-	fh, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer fh.Close()
-	b, err := io.ReadAll(io.LimitReader(fh, maxAttr+1))
+	b, err := readSmall(path, maxAttr)
 	if err != nil {
 		return "", err
 	}
@@ -212,6 +207,16 @@ func readAttr(path string) (string, error) {
 		return "", fmt.Errorf("%s: attribute larger than %d bytes", path, maxAttr)
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// readSmallGeneric reads at most max+1 bytes of a file.
+func readSmallGeneric(path string, max int) ([]byte, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	return io.ReadAll(io.LimitReader(fh, int64(max)+1))
 }
 
 // names lists a directory through Ops, dropping invalid names. A missing
@@ -372,8 +377,11 @@ func (f *FS) Portals() ([]Portal, error) {
 				errs = append(errs, fmt.Errorf("lio target %s/%s: np: %w", iqn, tpg, err))
 				continue
 			}
+			if len(nps) == 0 || !realDirs(f.iscsi(iqn), f.iscsi(iqn, tpg), f.iscsi(iqn, tpg, "np")) {
+				continue
+			}
 			for _, np := range nps {
-				p, err := f.portal(iqn, tpg, np)
+				p, err := f.portalIn(iqn, tpg, np)
 				if errors.Is(err, fs.ErrNotExist) {
 					continue
 				}
@@ -398,15 +406,28 @@ func (f *FS) Portal(id string) (Portal, error) {
 	return f.portal(iqn, tpg, np)
 }
 
-func (f *FS) portal(iqn, tpg, np string) (Portal, error) {
-	p := Portal{IQN: iqn, TPG: tpg, NP: np}
-	// configfs has no symlinks on this path; one would lead writes out
-	// of the root.
-	for _, d := range []string{f.iscsi(iqn), f.iscsi(iqn, tpg), f.iscsi(iqn, tpg, "np")} {
+// realDirs reports whether every path is a directory, not a symlink:
+// configfs has no symlinks on the path to a portal, and one would lead
+// writes out of the root.
+func realDirs(paths ...string) bool {
+	for _, d := range paths {
 		if st, err := os.Lstat(d); err != nil || !st.IsDir() {
-			return Portal{}, fmt.Errorf("lio portal %s: %w", p.ID(), fs.ErrNotExist)
+			return false
 		}
 	}
+	return true
+}
+
+func (f *FS) portal(iqn, tpg, np string) (Portal, error) {
+	if !realDirs(f.iscsi(iqn), f.iscsi(iqn, tpg), f.iscsi(iqn, tpg, "np")) {
+		return Portal{}, fmt.Errorf("lio portal %s/%s/%s: %w", iqn, tpg, np, fs.ErrNotExist)
+	}
+	return f.portalIn(iqn, tpg, np)
+}
+
+// portalIn reads a portal whose parent directories were checked.
+func (f *FS) portalIn(iqn, tpg, np string) (Portal, error) {
+	p := Portal{IQN: iqn, TPG: tpg, NP: np}
 	dir := f.iscsi(iqn, tpg, "np", np)
 	st, err := os.Lstat(dir)
 	if err != nil {
