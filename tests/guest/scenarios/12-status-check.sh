@@ -42,6 +42,7 @@ must rxe_add rxe0 veth0
 wait_listen nvmet_rdma $A 4420 20 >/dev/null || fail "port 1 not healed"
 wait_listen ib_isert $A 3260 20 >/dev/null || fail "portal not healed"
 expect after true 0
+discover $A 4420 $NQN || fail "discover fails after the heal"
 daemon_stop
 expect direct true 0
 pass "status/check agree with the cm_id table before (0), during (1) and after (0)"
