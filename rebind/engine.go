@@ -101,7 +101,7 @@ func New(opt Options) *Engine {
 		log:     opt.Logger,
 		trigger: make(chan struct{}, 1),
 		cfg:     opt.Config,
-		mem:     Memory{DeadSince: map[Key]time.Time{}, NextTry: map[Key]time.Time{}, Pins: map[Key]uint64{}},
+		mem:     Memory{DeadSince: map[Key]time.Time{}, NextTry: map[Key]time.Time{}, Pins: map[Key]uint64{}, AliveOn: map[Key]uint32{}},
 		backoff: map[Key]time.Duration{},
 		results: map[Key]Result{},
 		stats:   Stats{Rebinds: map[string]uint64{}},
@@ -212,7 +212,7 @@ func (e *Engine) PlanNow() ([]Item, Observed, error) {
 }
 
 func (e *Engine) memCopy() Memory {
-	return Memory{DeadSince: maps(e.mem.DeadSince), NextTry: maps(e.mem.NextTry), Pins: maps(e.mem.Pins)}
+	return Memory{DeadSince: maps(e.mem.DeadSince), NextTry: maps(e.mem.NextTry), Pins: maps(e.mem.Pins), AliveOn: maps(e.mem.AliveOn)}
 }
 
 func maps[K comparable, V any](m map[K]V) map[K]V {
@@ -280,6 +280,7 @@ func (e *Engine) remember(items []Item, obs Observed) {
 		case !it.Managed || it.Listening == nil:
 			delete(e.mem.DeadSince, it.Key)
 		case *it.Listening:
+			e.mem.AliveOn[it.Key] = it.devIndex + 1
 			delete(e.mem.DeadSince, it.Key)
 			delete(e.mem.NextTry, it.Key)
 			delete(e.backoff, it.Key)
@@ -293,6 +294,11 @@ func (e *Engine) remember(items []Item, obs Observed) {
 			if _, ok := e.mem.DeadSince[it.Key]; !ok {
 				e.mem.DeadSince[it.Key] = obs.Now
 			}
+		}
+	}
+	for k := range e.mem.AliveOn {
+		if !present[k] {
+			delete(e.mem.AliveOn, k)
 		}
 	}
 	for k := range e.mem.Pins {

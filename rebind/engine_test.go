@@ -511,3 +511,41 @@ func TestPlanTable(t *testing.T) {
 
 var _ = fmt.Sprint
 var _ = slices.Contains[[]string]
+
+// While a device unregisters, its listeners are gone before the device
+// leaves the device list. A rebind then would race the removal (and leave
+// iser=0 / links missing until the device returns): the engine waits for
+// the same device index to go away, for at most a grace period.
+func TestNoRebindWhileTheSameDeviceIsStillRegistered(t *testing.T) {
+	w := newWorld(t)
+	e := w.engine()
+	w.reconcile(e) // alive on rxe0, index 0
+	w.k.KillListener("nvmet_rdma", "1")
+	w.k.KillListener("ib_isert", portal)
+	items := w.reconcile(e)
+	if log := w.k.LogStrings(); len(log) != 0 {
+		t.Fatalf("wrote while the device is being removed: %q", log)
+	}
+	if it := item(items, "1"); it.RetryAt.IsZero() || !strings.Contains(it.Reason, "removal is probably in progress") {
+		t.Errorf("port 1: %+v", it)
+	}
+	// The device finishes unregistering and comes back: healed at once.
+	w.reset()
+	w.reconcile(e)
+	if !w.k.Listening("nvmet_rdma", "1") || !w.k.Listening("ib_isert", portal) {
+		t.Fatalf("not healed after the device came back: %s", w.k)
+	}
+	// A listener that died on a device that stays registered is rebound
+	// after the grace period.
+	w.k.KillListener("nvmet_rdma", "1")
+	w.k.ResetLog()
+	w.reconcile(e)
+	if log := w.k.LogStrings(); len(log) != 0 {
+		t.Fatalf("wrote within the grace period: %q", log)
+	}
+	w.clk.advance(6 * time.Second)
+	w.reconcile(e)
+	if !w.k.Listening("nvmet_rdma", "1") {
+		t.Error("not rebound after the grace period")
+	}
+}

@@ -106,7 +106,16 @@ type Memory struct {
 	DeadSince map[Key]time.Time // first reconcile that saw the listener dead
 	NextTry   map[Key]time.Time // backoff: no attempt before this
 	Pins      map[Key]uint64    // node GUID the listener was last alive on
+	// AliveOn is the RDMA device index (+1) the listener was last seen
+	// alive on. Indices are never reused: while that same device is still
+	// registered, a vanished listener means the device is being removed
+	// right now, and a rebind would race the removal.
+	AliveOn map[Key]uint32
 }
+
+// removalGrace bounds the wait for a device whose listener vanished to
+// finish unregistering.
+const removalGrace = 5 * time.Second
 
 // Item is the plan for one listener, and its status.
 type Item struct {
@@ -125,6 +134,7 @@ type Item struct {
 	DeadSince time.Time
 	RetryAt   time.Time // a pending retry (backoff)
 	eligible  bool      // RDMA, specific address, watched: may be written
+	devIndex  uint32    // RDMA device index of the live listener
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -219,15 +229,21 @@ func (v netView) where(ip netip.Addr) (netdev string, dev kernel.Device, hasAddr
 // listening looks the address up in the cm_id table: an address-bound
 // LISTEN entry of the kind's kernel owner.
 func listening(obs Observed, k Kind, ap netip.AddrPort) (*bool, string) {
+	l, c := listenerOf(obs, k, ap)
+	return l, c.DevName
+}
+
+// listenerOf returns whether the listener exists and its cm_id.
+func listenerOf(obs Observed, k Kind, ap netip.AddrPort) (*bool, kernel.CMID) {
 	if obs.ListenersErr != nil {
-		return nil, ""
+		return nil, kernel.CMID{}
 	}
 	for _, c := range obs.Listeners {
 		if c.Listening() && c.Port != 0 && unzoned(c.Src) == ap && (c.KernName == k.owner() || c.KernName == "") {
-			return ptr(true), c.DevName
+			return ptr(true), c
 		}
 	}
-	return ptr(false), ""
+	return ptr(false), kernel.CMID{}
 }
 
 func watched(cfg Config, ip netip.Addr) bool {
@@ -262,9 +278,10 @@ func common(it *Item, ap netip.AddrPort, obs Observed, mem Memory, cfg Config, n
 		return false
 	}
 	it.Managed, it.eligible = true, true
-	it.Listening, _ = listening(obs, it.Kind, ap)
-	if l, d := listening(obs, it.Kind, ap); l != nil && *l {
-		it.Device = d
+	if l, c := listenerOf(obs, it.Kind, ap); l != nil && *l {
+		it.Listening, it.Device, it.devIndex = l, c.DevName, c.DevIndex
+	} else {
+		it.Listening = l
 	}
 	it.DeadSince = mem.DeadSince[it.Key]
 	return true
@@ -308,6 +325,13 @@ func gate(it *Item, obs Observed, mem Memory, cfg Config, net netView) bool {
 	if cfg.GiveUpAfter > 0 && obs.Now.Sub(since) >= cfg.GiveUpAfter {
 		it.Reason += fmt.Sprintf("; gave up: dead for more than give_up_after=%v (run `nvmet-rebind rebind %s` or reload to try again)", cfg.GiveUpAfter, it.ID)
 		return false
+	}
+	if idx, ok := mem.AliveOn[it.Key]; ok && idx == dev.Index+1 {
+		if until := since.Add(removalGrace); obs.Now.Before(until) {
+			it.RetryAt = until
+			it.Reason += fmt.Sprintf("; waiting: %s (index %d) that it listened on is still registered, its removal is probably in progress", dev.Name, dev.Index)
+			return false
+		}
 	}
 	if pin, ok := mem.Pins[it.Key]; ok && cfg.PinDevice && pin != dev.NodeGUID {
 		it.Reason += fmt.Sprintf("; pinned: was on node GUID %s, %s is now on %s (GUID %s)", fmtGUID(pin), it.Address, dev.Name, fmtGUID(dev.NodeGUID))
