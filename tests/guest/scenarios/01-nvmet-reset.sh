@@ -25,8 +25,8 @@ for round in 1 2; do
 	sleep 1
 	# Nothing can be bound without a device: configfs should stay as the
 	# admin left it (a refused rebind during the removal leaves the link out
-	# until the device returns; the journal keeps it: reported, not failed).
-	nvmet_linked 1 $NQN || warn "round $round: the subsystem link is gone during the outage (the daemon tried a rebind while the device was going away)"
+	# until the device returns): the engine must not write while it goes away.
+	nvmet_linked 1 $NQN || fail "round $round: the subsystem link is gone during the outage (the daemon tried a rebind while the device was going away)"
 	t0=$(now)
 	must rdev_add $RTYPE $DEV veth0
 	ms=$(wait_listen nvmet_rdma $A 4420 20 "$t0") || fail "round $round: port 1 not listening 20 s after rdma link add"

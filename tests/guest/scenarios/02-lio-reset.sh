@@ -20,7 +20,7 @@ sleep 1
 # Nothing can be bound without a device: configfs should stay as the admin
 # left it (a refused toggle during the removal leaves iser=0 until the device
 # returns; the journal keeps the intent: reported, not failed).
-[ "$(lio_iser $IQN $A 3260)" = 1 ] || warn "iser reads $(lio_iser $IQN $A 3260) during the outage, not 1 (the daemon toggled iser while the device was going away)"
+[ "$(lio_iser $IQN $A 3260)" = 1 ] || fail "iser reads $(lio_iser $IQN $A 3260) during the outage, not 1 (the daemon toggled iser while the device was going away)"
 t0=$(now)
 must rxe_add rxe0 veth0
 ms=$(wait_listen ib_isert $A 3260 20 "$t0") || fail "iSER portal not listening 20 s after rdma link add"
