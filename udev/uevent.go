@@ -75,6 +75,12 @@ func WatchUevents(ctx context.Context, poke func(Hint), opts Options) error {
 
 // readUevents returns on the first read error, or nil when ctx is done.
 func readUevents(ctx context.Context, conn Conn, poke func(Hint), st *counters) error {
+	// A connection that can interrupt its blocked read is woken on cancel
+	// (the real socket); others return os.ErrDeadlineExceeded by themselves.
+	if in, ok := conn.(interface{ Interrupt() }); ok {
+		stop := context.AfterFunc(ctx, in.Interrupt)
+		defer stop()
+	}
 	for ctx.Err() == nil {
 		msg, err := conn.ReadMsg()
 		if errors.Is(err, os.ErrDeadlineExceeded) {

@@ -35,12 +35,12 @@ func ParseUevent(b []byte) (Event, error) {
 	return newEvent(string(u.Action), u.KObj, u.Env)
 }
 
-// pollInterval bounds a blocking read so that a cancelled context is noticed.
-const pollInterval = 200 * time.Millisecond
-
-// dialUevents opens go-udev's UEventConn on the kernel group. go-udev does
-// not create the socket with SOCK_CLOEXEC, sets no receive buffer and no
-// timeout; its exported Fd lets us fix all three.
+// dialUevents opens go-udev's UEventConn on the kernel group, then moves
+// the socket onto Go's poller: go-udev creates it blocking, without
+// SOCK_CLOEXEC and without a receive buffer size. A blocking read would
+// need a timeout to notice cancellation (a wakeup every interval while
+// idle); on the poller, cancellation interrupts the read and an idle
+// daemon does not wake up at all.
 func dialUevents(rcvbuf int) (Conn, error) {
 	c := &udevnl.UEventConn{}
 	if err := c.Connect(udevnl.KernelEvent); err != nil {
@@ -49,7 +49,12 @@ func dialUevents(rcvbuf int) (Conn, error) {
 	if err := setupUeventFd(c.Fd, rcvbuf); err != nil {
 		return nil, errors.Join(err, c.Close())
 	}
-	return ueventConn{c}, nil
+	f := os.NewFile(uintptr(c.Fd), "uevent")
+	raw, err := f.SyscallConn()
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("uevent socket: %w", err), f.Close())
+	}
+	return &ueventConn{f: f, raw: raw, buf: make([]byte, maxUeventLen+1)}, nil
 }
 
 func setupUeventFd(fd, rcvbuf int) error {
@@ -60,28 +65,42 @@ func setupUeventFd(fd, rcvbuf int) error {
 			return fmt.Errorf("uevent socket: set SO_RCVBUF %d: %w", rcvbuf, err)
 		}
 	}
-	tv := unix.NsecToTimeval(pollInterval.Nanoseconds())
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		return fmt.Errorf("uevent socket: set SO_RCVTIMEO: %w", err)
+	if err := unix.SetNonblock(fd, true); err != nil {
+		return fmt.Errorf("uevent socket: set non-blocking: %w", err)
 	}
 	return nil
 }
 
-type ueventConn struct{ c *udevnl.UEventConn }
-
-func (u ueventConn) ReadMsg() ([]byte, error) {
-	for {
-		msg, err := u.c.ReadMsg()
-		switch {
-		case errors.Is(err, unix.EINTR):
-			continue
-		case errors.Is(err, unix.EAGAIN):
-			return nil, fmt.Errorf("uevent socket: %w", os.ErrDeadlineExceeded)
-		case err != nil:
-			return nil, err
-		}
-		return msg, nil
+type ueventConn struct {
+	f   *os.File
+	raw interface {
+		Read(func(fd uintptr) bool) error
 	}
+	buf []byte
 }
 
-func (u ueventConn) Close() error { return u.c.Close() }
+// ReadMsg reads one datagram. A datagram larger than any uevent is
+// reported, not silently cut.
+func (u *ueventConn) ReadMsg() ([]byte, error) {
+	var n int
+	var rerr error
+	err := u.raw.Read(func(fd uintptr) bool {
+		n, _, rerr = unix.Recvfrom(int(fd), u.buf, 0)
+		return rerr != unix.EAGAIN && rerr != unix.EINTR
+	})
+	if err != nil {
+		return nil, err // os.ErrDeadlineExceeded after Interrupt, os.ErrClosed
+	}
+	if rerr != nil {
+		return nil, rerr
+	}
+	if n > maxUeventLen {
+		return nil, fmt.Errorf("uevent socket: datagram larger than %d bytes", maxUeventLen)
+	}
+	return append([]byte(nil), u.buf[:n]...), nil
+}
+
+// Interrupt makes a blocked ReadMsg return os.ErrDeadlineExceeded.
+func (u *ueventConn) Interrupt() { u.f.SetReadDeadline(time.Unix(1, 0)) }
+
+func (u *ueventConn) Close() error { return u.f.Close() }
