@@ -12,7 +12,6 @@ package configfs
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net/netip"
 	"os"
@@ -209,15 +208,6 @@ func readAttr(path string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// readSmallGeneric reads at most max+1 bytes of a file.
-func readSmallGeneric(path string, max int) ([]byte, error) {
-	fh, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer fh.Close()
-	return io.ReadAll(io.LimitReader(fh, int64(max)+1))
-}
 
 // names lists a directory through Ops, dropping invalid names. A missing
 // directory is an empty list when optional.

@@ -61,8 +61,12 @@ func repoRoot(t *testing.T) string {
 	return filepath.Dir(wd)
 }
 
+// goTool finds the go command: PATH first, then the usual install place.
 func goTool() string {
-	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	if p := "/usr/local/go/bin/go"; fileExists(p) {
 		return p
 	}
 	return "go"

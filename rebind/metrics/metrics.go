@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
@@ -99,7 +100,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 // process/Go collectors.
 func Handler(c *Collector) http.Handler {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(c, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 }
 

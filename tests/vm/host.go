@@ -2,7 +2,6 @@ package vm
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -223,4 +222,3 @@ func (a *Archive) AddBinary(dst, src string) error {
 	return nil
 }
 
-var errNotFound = errors.New("not found")
