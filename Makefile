@@ -12,11 +12,14 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/nvmet-rebind ./cmd/nvmet-rebind
 
-# Every test: unit tests, then the real-kernel end-to-end tests in qemu
+# Every test: vet, staticcheck, unit tests under the race detector, then all
+# tests again including the real-kernel end-to-end tests in qemu
 # (Debian 6.1 and 6.12 kernels; they install what they need with apt-get
 # when run as root, and skip with the reason otherwise).
 test:
 	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+	$(GO) test -race -short -count=1 ./...
 	$(GO) test -count=1 -timeout 85m ./...
 
 # Unit tests only (no VM).
