@@ -32,3 +32,16 @@ func journalFiles(t *testing.T, dir string) []string {
 	}
 	return out
 }
+
+// stateDir prefers a tmpfs (/dev/shm) for benchmarks, like /var/lib on a
+// fast disk; fsync costs there are not what is measured.
+func stateDir(tb testing.TB) string {
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		d, err := os.MkdirTemp("/dev/shm", "nvmet-rebind-bench-")
+		if err == nil {
+			tb.Cleanup(func() { os.RemoveAll(d) })
+			return d
+		}
+	}
+	return tb.TempDir()
+}
