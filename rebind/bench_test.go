@@ -14,7 +14,7 @@ import (
 // n addresses of rxe0/veth0, all listening.
 func bigWorld(b *testing.B, n int) *configfstest.Kernel {
 	b.Helper()
-	k := configfstest.New(b)
+	k := configfstest.NewAt(stateDir(b)) // tmpfs when there is one
 	k.AddDevice("rxe0", 1, "veth0")
 	for s := 0; s < 8; s++ {
 		k.AddSubsystem(fmt.Sprintf("nqn.2024-01.lab:s%d", s))
@@ -41,7 +41,7 @@ func bigWorld(b *testing.B, n int) *configfstest.Kernel {
 }
 
 func benchEngine(b *testing.B, k *configfstest.Kernel) *rebind.Engine {
-	j, err := rebind.OpenJournal(b.TempDir())
+	j, err := rebind.OpenJournal(stateDir(b))
 	if err != nil {
 		b.Fatal(err)
 	}

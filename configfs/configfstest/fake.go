@@ -97,8 +97,11 @@ type Kernel struct {
 
 // New makes an empty configfs tree (nvmet and target/iscsi) in a
 // temporary directory and a kernel with no devices.
-func New(tb interface{ TempDir() string }) *Kernel {
-	root := tb.TempDir()
+func New(tb interface{ TempDir() string }) *Kernel { return NewAt(tb.TempDir()) }
+
+// NewAt makes the tree under root, an empty directory (e.g. on tmpfs for
+// benchmarks).
+func NewAt(root string) *Kernel {
 	k := &Kernel{
 		Root:    root,
 		order:   map[string][]string{},
