@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // maxAttr bounds every attribute read: configfs attributes are at most a page.
@@ -109,6 +110,9 @@ type Port struct {
 	Traddr  string // addr_traddr: bare address, no brackets for IPv6
 	Trsvcid string // addr_trsvcid: the service (TCP/RDMA port) as text
 	Links   []Link // subsystems/*: in creation order
+	// LinksSkipped is set when Links was not read (PortsWith decided the
+	// plan does not need them: the port's listener is alive).
+	LinksSkipped bool
 	// Err is set when the port could not be read completely (garbage in an
 	// attribute, a link pointing outside the tree); such a port is shown,
 	// never touched.
@@ -230,24 +234,51 @@ func (f *FS) names(dir string, optional bool) ([]string, error) {
 
 // Ports lists every nvmet port. A missing nvmet tree (module not loaded) is
 // an empty list.
-func (f *FS) Ports() ([]Port, error) {
+func (f *FS) Ports() ([]Port, error) { return f.PortsWith(nil) }
+
+// readers bounds the parallel reads of a large tree: attribute reads are
+// system-call bound and independent.
+const readers = 4
+
+// PortsWith lists every nvmet port, reading a port's subsystem links only
+// when needLinks (given the port's addr_* attributes) says so, or when it
+// is nil. A port whose listener is alive needs no links to be planned, and
+// links are most of the reads.
+func (f *FS) PortsWith(needLinks func(Port) bool) ([]Port, error) {
 	ids, err := f.names(f.nvmet("ports"), true)
 	if err != nil {
 		return nil, fmt.Errorf("nvmet ports: %w", err)
 	}
-	ports := make([]Port, 0, len(ids))
-	for _, id := range ids {
-		p, err := f.Port(id)
-		if errors.Is(err, fs.ErrNotExist) {
+	ports := make([]Port, len(ids))
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for w := 0; w < min(readers, len(ids)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				ports[i], errs[i] = f.port(ids[i], needLinks)
+			}
+		}()
+	}
+	for i := range ids {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	out := ports[:0]
+	for i, p := range ports {
+		if errors.Is(errs[i], fs.ErrNotExist) {
 			continue // removed while we read
 		}
-		if err != nil {
-			return nil, err
+		if errs[i] != nil {
+			return nil, errs[i]
 		}
-		ports = append(ports, p)
+		out = append(out, p)
 	}
-	slices.SortStableFunc(ports, func(a, b Port) int { return comparePortIDs(a.ID, b.ID) })
-	return ports, nil
+	slices.SortStableFunc(out, func(a, b Port) int { return comparePortIDs(a.ID, b.ID) })
+	return out, nil
 }
 
 func comparePortIDs(a, b string) int {
@@ -261,7 +292,9 @@ func comparePortIDs(a, b string) int {
 
 // Port reads nvmet/ports/<id>. A missing port is fs.ErrNotExist. Problems
 // with the port's content are reported in Port.Err, not as an error.
-func (f *FS) Port(id string) (Port, error) {
+func (f *FS) Port(id string) (Port, error) { return f.port(id, nil) }
+
+func (f *FS) port(id string, needLinks func(Port) bool) (Port, error) {
 	if err := checkName(id); err != nil {
 		return Port{}, fmt.Errorf("nvmet port: %w", err)
 	}
@@ -289,6 +322,10 @@ func (f *FS) Port(id string) (Port, error) {
 			continue
 		}
 		*a.dst = v
+	}
+	if needLinks != nil && p.Err == nil && !needLinks(p) {
+		p.LinksSkipped = true
+		return p, nil
 	}
 	links, err := f.links(id)
 	if err != nil {

@@ -36,7 +36,13 @@ func readSmall(path string, max int) ([]byte, error) {
 		if n == 0 {
 			break
 		}
+		short := n < cap(buf)-len(buf)
 		buf = buf[:len(buf)+n]
+		if short {
+			// configfs and sysfs attributes are produced whole: a short
+			// read is the end (saves the read that would return 0).
+			break
+		}
 	}
 	return buf, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -152,19 +153,14 @@ func (e *Engine) Retry(k Key) {
 // are recorded in Observed and make the affected facts unknown.
 func (e *Engine) Observe() (Observed, error) {
 	obs := Observed{Now: e.opt.Now(), Subsystems: map[string]bool{}}
-	var err error
-	if obs.Ports, err = e.opt.FS.Ports(); err != nil {
-		return obs, err
-	}
-	if obs.Portals, obs.PortalsErr = e.opt.FS.Portals(); obs.PortalsErr != nil {
-		e.log.Warn("some LIO portals unreadable; the rest is reconciled", "err", obs.PortalsErr)
-	}
-	if nqns, err := e.opt.FS.Subsystems(); err != nil {
-		return obs, err
+	// The kernel first: which listeners are alive decides how much of
+	// configfs must be read (a live port's links are not needed).
+	obs.Devices, obs.DevicesErr = e.opt.Kernel.Devices()
+	obs.Addrs, obs.AddrsErr = e.opt.Kernel.Addrs()
+	if obs.DevicesErr != nil {
+		obs.ListenersErr = obs.DevicesErr
 	} else {
-		for _, n := range nqns {
-			obs.Subsystems[n] = true
-		}
+		obs.Listeners, obs.ListenersErr = e.opt.Kernel.CMIDs(obs.Devices)
 	}
 	if e.opt.Journal != nil {
 		var bad []error
@@ -189,12 +185,39 @@ func (e *Engine) Observe() (Observed, error) {
 		}
 		obs.Declared = d
 	}
-	obs.Devices, obs.DevicesErr = e.opt.Kernel.Devices()
-	obs.Addrs, obs.AddrsErr = e.opt.Kernel.Addrs()
-	if obs.DevicesErr != nil {
-		obs.ListenersErr = obs.DevicesErr
-	} else {
-		obs.Listeners, obs.ListenersErr = e.opt.Kernel.CMIDs(obs.Devices)
+	live := map[netip.AddrPort]bool{}
+	if obs.ListenersErr == nil {
+		for _, c := range obs.Listeners {
+			if c.Listening() && c.Port != 0 && c.KernName == KindNvmet.owner() {
+				live[unzoned(c.Src)] = true
+			}
+		}
+	}
+	needLinks := func(p configfs.Port) bool {
+		if _, ok := obs.Journal[Key{KindNvmet, p.ID}]; ok {
+			return true
+		}
+		for _, d := range obs.Declared {
+			if d.Kind == KindNvmet && d.ID == p.ID {
+				return true
+			}
+		}
+		ap, err := p.Addr()
+		return p.Trtype != "rdma" || err != nil || !live[ap]
+	}
+	var err error
+	if obs.Ports, err = e.opt.FS.PortsWith(needLinks); err != nil {
+		return obs, err
+	}
+	if obs.Portals, obs.PortalsErr = e.opt.FS.Portals(); obs.PortalsErr != nil {
+		e.log.Warn("some LIO portals unreadable; the rest is reconciled", "err", obs.PortalsErr)
+	}
+	nqns, err := e.opt.FS.Subsystems()
+	if err != nil {
+		return obs, err
+	}
+	for _, n := range nqns {
+		obs.Subsystems[n] = true
 	}
 	return obs, nil
 }
@@ -549,7 +572,8 @@ func (e *Engine) verify(it *Item) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	l, _ := listening(Observed{Listeners: cm}, it.Kind, netipAddrPort(it))
+	o := Observed{Listeners: cm}
+	l, _ := listening(o, netIndex(o), it.Kind, netipAddrPort(it))
 	return l != nil && *l, nil
 }
 

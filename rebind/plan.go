@@ -191,10 +191,30 @@ type netView struct {
 	addrNetdev map[netip.Addr]kernel.Addr
 	devByIf    map[int]kernel.Device
 	devByName  map[string]kernel.Device
+	bound      map[lkey]kernel.CMID // address-bound LISTEN entries
+	wild       map[lkey]bool        // wildcard children (no port)
+}
+
+// lkey indexes listeners by kernel owner and source address.
+type lkey struct {
+	owner string
+	src   netip.AddrPort
 }
 
 func netIndex(obs Observed) netView {
-	v := netView{addrNetdev: map[netip.Addr]kernel.Addr{}, devByIf: map[int]kernel.Device{}, devByName: map[string]kernel.Device{}}
+	v := netView{addrNetdev: map[netip.Addr]kernel.Addr{}, devByIf: map[int]kernel.Device{}, devByName: map[string]kernel.Device{},
+		bound: map[lkey]kernel.CMID{}, wild: map[lkey]bool{}}
+	for _, c := range obs.Listeners {
+		if !c.Listening() {
+			continue
+		}
+		k := lkey{c.KernName, unzoned(c.Src)}
+		if c.Port == 0 {
+			v.wild[k] = true
+		} else if _, dup := v.bound[k]; !dup {
+			v.bound[k] = c
+		}
+	}
 	for _, a := range obs.Addrs {
 		v.addrNetdev[a.IP.Unmap()] = a
 	}
@@ -228,20 +248,22 @@ func (v netView) where(ip netip.Addr) (netdev string, dev kernel.Device, hasAddr
 
 // listening looks the address up in the cm_id table: an address-bound
 // LISTEN entry of the kind's kernel owner.
-func listening(obs Observed, k Kind, ap netip.AddrPort) (*bool, string) {
-	l, c := listenerOf(obs, k, ap)
+func listening(obs Observed, net netView, k Kind, ap netip.AddrPort) (*bool, string) {
+	l, c := listenerOf(obs, net, k, ap)
 	return l, c.DevName
 }
 
-// listenerOf returns whether the listener exists and its cm_id.
-func listenerOf(obs Observed, k Kind, ap netip.AddrPort) (*bool, kernel.CMID) {
+// listenerOf returns whether the listener exists and its cm_id: an
+// address-bound LISTEN entry of the kind's kernel owner.
+func listenerOf(obs Observed, net netView, k Kind, ap netip.AddrPort) (*bool, kernel.CMID) {
 	if obs.ListenersErr != nil {
 		return nil, kernel.CMID{}
 	}
-	for _, c := range obs.Listeners {
-		if c.Listening() && c.Port != 0 && unzoned(c.Src) == ap && (c.KernName == k.owner() || c.KernName == "") {
-			return ptr(true), c
-		}
+	if c, ok := net.bound[lkey{k.owner(), ap}]; ok {
+		return ptr(true), c
+	}
+	if c, ok := net.bound[lkey{"", ap}]; ok {
+		return ptr(true), c
 	}
 	return ptr(false), kernel.CMID{}
 }
@@ -269,16 +291,16 @@ func common(it *Item, ap netip.AddrPort, obs Observed, mem Memory, cfg Config, n
 	}
 	if ap.Addr().IsUnspecified() {
 		it.Reason = "wildcard address: the kernel re-listens on new devices by itself"
-		it.Listening, _ = wildcardListening(obs, it.Kind, ap)
+		it.Listening, _ = wildcardListening(obs, net, it.Kind, ap)
 		return false
 	}
 	if !watched(cfg, ap.Addr()) {
 		it.Reason = "outside the watched subnets"
-		it.Listening, it.Device = listening(obs, it.Kind, ap)
+		it.Listening, it.Device = listening(obs, net, it.Kind, ap)
 		return false
 	}
 	it.Managed, it.eligible = true, true
-	if l, c := listenerOf(obs, it.Kind, ap); l != nil && *l {
+	if l, c := listenerOf(obs, net, it.Kind, ap); l != nil && *l {
 		it.Listening, it.Device, it.devIndex = l, c.DevName, c.DevIndex
 	} else {
 		it.Listening = l
@@ -287,17 +309,15 @@ func common(it *Item, ap netip.AddrPort, obs Observed, mem Memory, cfg Config, n
 	return true
 }
 
-func wildcardListening(obs Observed, k Kind, ap netip.AddrPort) (*bool, string) {
+func wildcardListening(obs Observed, net netView, k Kind, ap netip.AddrPort) (*bool, string) {
 	if obs.ListenersErr != nil {
 		return nil, ""
 	}
 	if len(obs.Devices) == 0 {
 		return ptr(false), ""
 	}
-	for _, c := range obs.Listeners {
-		if c.Listening() && unzoned(c.Src) == ap && (c.KernName == k.owner() || c.KernName == "") {
-			return ptr(true), ""
-		}
+	if net.wild[lkey{k.owner(), ap}] || net.wild[lkey{"", ap}] {
+		return ptr(true), ""
 	}
 	return ptr(false), ""
 }
@@ -393,7 +413,8 @@ func planPort(p configfs.Port, obs Observed, mem Memory, cfg Config, net netView
 			return it
 		}
 	}
-	it.Expected = len(p.Links) > 0 || len(missing) > 0
+	// Links not read: the port's listener was alive, so it is enabled.
+	it.Expected = len(p.Links) > 0 || len(missing) > 0 || p.LinksSkipped
 	switch {
 	case len(missing) > 0:
 		it.Reason = fmt.Sprintf("%d subsystem link(s) to restore from the journal", len(missing))
@@ -403,7 +424,7 @@ func planPort(p configfs.Port, obs Observed, mem Memory, cfg Config, net netView
 		if gate(&it, obs, mem, cfg, net) {
 			it.Action, it.Links = ActCompletePort, j.Links
 		}
-	case len(p.Links) == 0:
+	case !p.LinksSkipped && len(p.Links) == 0:
 		it.Reason = "not enabled: no subsystem linked"
 	case it.Listening == nil:
 		it.Reason = "listener state unknown: " + obs.ListenersErr.Error()
