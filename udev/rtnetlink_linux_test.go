@@ -103,6 +103,17 @@ func (f *fakeRtnl) subscriber() rtnlSubscriber {
 
 func TestWatchRtnetlinkResubscribe(t *testing.T) {
 	t.Parallel()
+	testResubscribe(t, netlink.ErrDumpInterrupted)
+}
+
+// An overrun rtnetlink socket (ENOBUFS, events lost) resubscribes and
+// resyncs the same way.
+func TestWatchRtnetlinkENOBUFS(t *testing.T) {
+	t.Parallel()
+	testResubscribe(t, unix.ENOBUFS)
+}
+
+func testResubscribe(t *testing.T, cbErr error) {
 	gate := make(chan struct{})
 	f := &fakeRtnl{
 		addrs: []fakeSub[netlink.AddrUpdate]{
@@ -118,7 +129,7 @@ func TestWatchRtnetlinkResubscribe(t *testing.T) {
 					Header: unix.NlMsghdr{Type: unix.RTM_NEWLINK},
 					Link:   &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "veth0", Index: 4, OperState: netlink.OperUp}},
 				}},
-				gate: gate, fail: "callback", err: netlink.ErrDumpInterrupted,
+				gate: gate, fail: "callback", err: cbErr,
 			},
 			{},
 			{updates: []netlink.LinkUpdate{{
@@ -153,7 +164,7 @@ func TestWatchRtnetlinkResubscribe(t *testing.T) {
 
 	got = nextHints(t, hints, 3)
 	want := []Hint{
-		{Source: SourceRtnetlink, Reason: "resync after rtnetlink link subscription: " + netlink.ErrDumpInterrupted.Error(), Resync: true},
+		{Source: SourceRtnetlink, Reason: "resync after rtnetlink link subscription: " + cbErr.Error(), Resync: true},
 		{Source: SourceRtnetlink, Reason: "resync after rtnetlink address subscription: closed", Resync: true},
 		{Source: SourceRtnetlink, Reason: "link del veth0 ifindex 4 unknown"},
 	}
