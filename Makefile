@@ -30,8 +30,16 @@ unit:
 demo:
 	$(GO) test -count=1 -timeout 30m -run '^TestDemo$$' -v ./tests/
 
+# Every figure of BENCHMARKS.md: Go benchmarks (fake kernel on tmpfs), the
+# real-kernel re-listen latency over 20 resets on both kernels next to a
+# scripted relink, the trigger latency, and the idle cost over 10 minutes.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(GO) test -run '^$$' -bench 'ObservePlan|ReconcileOnePercentDead' -benchmem -benchtime 10x ./rebind/
+	$(GO) test -run '^$$' -bench 'EventToFirstWrite' -benchtime 10000x ./rebind/
+	$(GO) test -run '^$$' -bench . -benchmem ./rebind/kernel/
+	NVMET_REBIND_E2E_BENCH=20 NVMET_REBIND_E2E_SCENARIOS='^bench$$' $(GO) test -count=1 -timeout 60m -run '^TestE2E$$' -v ./tests/
+	tests/trigger-latency.sh 100
+	tests/idle-cost.sh 600 1000
 
 clean:
 	rm -rf bin tests/artifacts
