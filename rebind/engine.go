@@ -145,6 +145,7 @@ func (e *Engine) Retry(k Key) {
 	defer e.mu.Unlock()
 	delete(e.mem.DeadSince, k)
 	delete(e.mem.NextTry, k)
+	delete(e.mem.AliveOn, k) // the admin asks now: no removal grace
 	delete(e.backoff, k)
 }
 
