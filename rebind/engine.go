@@ -257,7 +257,7 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 		return nil, err
 	}
 	e.remember(items, obs)
-	acted := false
+	var done []pending
 	for i := range items {
 		if err := ctx.Err(); err != nil {
 			return items, err
@@ -270,18 +270,23 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 			e.log.Info("dry run: would act", "listener", it.Key.String(), "action", it.Action.String(), "address", it.Address, "reason", it.Reason)
 			continue
 		}
-		acted = true
-		if err := e.apply(it); errors.Is(err, ErrCrashed) {
+		p, err := e.apply(it)
+		if errors.Is(err, ErrCrashed) {
 			return items, err
 		}
+		if p != nil {
+			done = append(done, *p)
+		}
 	}
-	if acted {
-		// Re-read once so that status reflects the kernel after the writes.
+	if len(done) > 0 {
+		// One observation verifies every action of this round (one cm_id
+		// dump per device, not one per port) and refreshes the status.
 		items2, obs2, err := e.PlanNow()
 		if err == nil {
 			items = items2
 			e.remember(items, obs2)
 		}
+		e.settle(done, items2, err)
 	}
 	e.mu.Lock()
 	e.last = items
@@ -346,79 +351,102 @@ func refused(err error) bool {
 	return errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.ENODEV)
 }
 
-// apply performs one item's action and verifies it.
-func (e *Engine) apply(it *Item) error {
-	start := e.opt.Now()
-	wall := time.Now()
-	var err error
-	switch it.Action {
-	case ActRebindPort:
-		err = e.rebindPort(it)
-	case ActCompletePort:
-		err = e.restorePort(it)
-	case ActToggleISER:
-		err = e.toggleISER(it)
-	case ActCompleteISER:
-		err = e.completeISER(it.ID)
-	case ActCompleteBoot:
-		err = e.completeBoot(it)
-	case ActDropJournal:
-		err = e.opt.Journal.Delete(it.Key)
-		e.log.Info("journal entry dropped", "listener", it.Key.String(), "reason", it.Reason)
-		return err
-	}
-	if errors.Is(err, ErrCrashed) {
-		return err
-	}
-	res := Result{Action: it.Action, At: start, Err: err}
-	outcome := "ok"
-	if err == nil {
-		alive, verr := e.verify(it)
-		switch {
-		case verr != nil:
-			res.Err, outcome = fmt.Errorf("verify: %w", verr), "unverified"
-		case !alive:
-			res.Err, outcome = errors.New("relinked, but no listener in the cm_id table"), "unverified"
-		default:
-			res.Latency = time.Since(wall)
-		}
-	} else if refused(err) {
-		outcome = "refused"
-	} else {
-		outcome = "error"
-	}
-	e.mu.Lock()
-	e.results[it.Key] = res
-	e.stats.Rebinds[outcome]++
-	if outcome == "ok" {
-		e.stats.LastLatency = res.Latency
-		delete(e.backoff, it.Key)
-		delete(e.mem.NextTry, it.Key)
-	} else {
-		b := e.backoff[it.Key]
-		if b == 0 {
-			b = backoffMin
-		} else {
-			b = min(2*b, backoffMax)
-		}
-		e.backoff[it.Key] = b
-		e.mem.NextTry[it.Key] = e.opt.Now().Add(b)
-		it.RetryAt = e.mem.NextTry[it.Key]
-	}
-	e.mu.Unlock()
-	if outcome == "ok" {
-		e.log.Info("listener restored", "listener", it.Key.String(), "address", it.Address, "service", it.Service, "action", it.Action.String(), "latency", res.Latency)
-	} else {
-		e.log.Warn("rebind failed, will retry", "listener", it.Key.String(), "address", it.Address, "action", it.Action.String(), "result", outcome, "err", res.Err, "retry_in", e.backoffOf(it.Key))
-	}
-	return nil
+// pending is an action written and waiting for verification.
+type pending struct {
+	it    Item
+	start time.Time // engine clock
+	wall  time.Time // for the latency
+	err   error
 }
 
-func (e *Engine) backoffOf(k Key) time.Duration {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.backoff[k]
+// apply performs one item's action. Actions that change listeners are
+// returned for settle to verify; a journal drop is final at once.
+func (e *Engine) apply(it *Item) (*pending, error) {
+	p := &pending{it: *it, start: e.opt.Now(), wall: time.Now()}
+	switch it.Action {
+	case ActRebindPort:
+		p.err = e.rebindPort(it)
+	case ActCompletePort:
+		p.err = e.restorePort(it)
+	case ActToggleISER:
+		p.err = e.toggleISER(it)
+	case ActCompleteISER:
+		p.err = e.completeISER(it.ID)
+	case ActCompleteBoot:
+		p.err = e.completeBoot(it)
+	case ActDropJournal:
+		err := e.opt.Journal.Delete(it.Key)
+		e.log.Info("journal entry dropped", "listener", it.Key.String(), "reason", it.Reason)
+		return nil, err
+	}
+	if errors.Is(p.err, ErrCrashed) {
+		return nil, p.err
+	}
+	return p, nil
 }
+
+// settle records the outcome of this round's actions from the observation
+// made after them (items; planErr when it failed): ok when the listener is
+// in LISTEN, else backoff.
+func (e *Engine) settle(done []pending, items []Item, planErr error) {
+	now := time.Now()
+	byKey := make(map[Key]*Item, len(items))
+	for i := range items {
+		byKey[items[i].Key] = &items[i]
+	}
+	for _, p := range done {
+		it := p.it
+		res := Result{Action: it.Action, At: p.start, Err: p.err}
+		outcome := "ok"
+		switch {
+		case p.err != nil && refused(p.err):
+			outcome = "refused"
+		case p.err != nil:
+			outcome = "error"
+		case planErr != nil:
+			res.Err, outcome = fmt.Errorf("verify: %w", planErr), "unverified"
+		default:
+			after, ok := byKey[it.Key]
+			switch {
+			case !ok:
+				// Removed by the admin meanwhile: nothing to verify.
+			case after.Listening == nil:
+				res.Err, outcome = errors.New("verify: listener state unknown"), "unverified"
+			case !*after.Listening:
+				res.Err, outcome = errors.New("written, but no listener in the cm_id table"), "unverified"
+			}
+			res.Latency = now.Sub(p.wall)
+		}
+		e.mu.Lock()
+		e.results[it.Key] = res
+		e.stats.Rebinds[outcome]++
+		var retry time.Duration
+		if outcome == "ok" {
+			e.stats.LastLatency = res.Latency
+			delete(e.backoff, it.Key)
+			delete(e.mem.NextTry, it.Key)
+		} else {
+			retry = e.backoff[it.Key]
+			if retry == 0 {
+				retry = backoffMin
+			} else {
+				retry = min(2*retry, backoffMax)
+			}
+			e.backoff[it.Key] = retry
+			e.mem.NextTry[it.Key] = e.opt.Now().Add(retry)
+			if after, ok := byKey[it.Key]; ok {
+				after.RetryAt = e.mem.NextTry[it.Key]
+			}
+		}
+		e.mu.Unlock()
+		if outcome == "ok" {
+			e.log.Info("listener restored", "listener", it.Key.String(), "address", it.Address, "service", it.Service, "action", it.Action.String(), "latency", res.Latency)
+		} else {
+			e.log.Warn("rebind failed, will retry", "listener", it.Key.String(), "address", it.Address, "action", it.Action.String(), "result", outcome, "err", res.Err, "retry_in", retry)
+		}
+	}
+}
+
 
 // rebindPort: journal, unlink all, relink all in order.
 func (e *Engine) rebindPort(it *Item) error {
@@ -561,21 +589,6 @@ func (e *Engine) completeISER(id string) error {
 
 func addrString(it *Item) string {
 	return netipAddrPort(it).String()
-}
-
-// verify reads the cm_id table once and looks for the listener.
-func (e *Engine) verify(it *Item) (bool, error) {
-	devs, err := e.opt.Kernel.Devices()
-	if err != nil {
-		return false, err
-	}
-	cm, err := e.opt.Kernel.CMIDs(devs)
-	if err != nil {
-		return false, err
-	}
-	o := Observed{Listeners: cm}
-	l, _ := listening(o, netIndex(o), it.Kind, netipAddrPort(it))
-	return l != nil && *l, nil
 }
 
 // Run reconciles until ctx is done: at start, on every Poke, every
