@@ -447,7 +447,6 @@ func (e *Engine) settle(done []pending, items []Item, planErr error) {
 	}
 }
 
-
 // rebindPort: journal, unlink all, relink all in order.
 func (e *Engine) rebindPort(it *Item) error {
 	fsys := e.opt.FS
