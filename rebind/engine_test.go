@@ -549,3 +549,21 @@ func TestNoRebindWhileTheSameDeviceIsStillRegistered(t *testing.T) {
 		t.Error("not rebound after the grace period")
 	}
 }
+
+// One cm_id dump per observation, whatever the number of listeners and
+// rebinds: the plan's, and one more that verifies every action of a round.
+func TestOneCMIDDumpPerObservation(t *testing.T) {
+	w := newWorld(t)
+	w.k.AddPort("2", "rdma", "ipv4", "192.0.2.1", "4421")
+	must(t, configfs.NewWithOps(w.k.Root, w.k.Admin()).Relink("2", configfs.Link{Name: nqnA, NQN: nqnA}))
+	e := w.engine()
+	w.reconcile(e)
+	if n := w.k.CMIDCalls(); n != 1 {
+		t.Errorf("healthy reconcile: %d cm_id dumps, want 1", n)
+	}
+	w.reset() // three listeners die
+	w.reconcile(e)
+	if n := w.k.CMIDCalls(); n != 3 {
+		t.Errorf("after a reconcile with 3 rebinds: %d cm_id dumps in all, want 3 (1 + plan + verify)", n)
+	}
+}

@@ -38,4 +38,4 @@ c1=$(ctx)
 hz=$(getconf CLK_TCK)
 rss=$(awk '/VmRSS/ {print $2}' /proc/$PID/status)
 hwm=$(awk '/VmHWM/ {print $2}' /proc/$PID/status)
-echo "ports=$PORTS seconds=$SECS cpu_seconds=$(echo "scale=2; ($t1 - $t0) / $hz" | bc) rss_kb=$rss rss_peak_kb=$hwm context_switches=$((c1 - c0)) resyncs=$((SECS / 30))"
+echo "ports=$PORTS seconds=$SECS cpu_seconds=$(awk "BEGIN {printf \"%.2f\", ($t1 - $t0) / $hz}") rss_kb=$rss rss_peak_kb=$hwm context_switches=$((c1 - c0)) resyncs=$((SECS / 30))"
