@@ -428,18 +428,15 @@ func cmdReload(c *cli.Context) error {
 	if !errors.Is(err, control.ErrNoDaemon) {
 		return &exitError{2, err}
 	}
-	b, err := os.ReadFile(pidFile(c))
-	if err != nil {
-		return &exitError{2, fmt.Errorf("no running daemon found (%w)", err)}
+	// No answer on the socket. Never signal a pid from a file: after a
+	// crash it may belong to another process. The lock tells whether a
+	// daemon is there at all.
+	unlock, lerr := lockStateDir(c.String("state-dir"))
+	if lerr != nil {
+		return &exitError{2, fmt.Errorf("config %s is valid, but the daemon holding %s does not answer on %s (%v); use systemctl reload nvmet-rebind", c.String("config"), c.String("state-dir"), sockPath(c), err)}
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 1 {
-		return &exitError{2, fmt.Errorf("pid file %s: %q is not a pid", pidFile(c), strings.TrimSpace(string(b)))}
-	}
-	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
-		return &exitError{2, fmt.Errorf("signal daemon pid %d: %w", pid, err)}
-	}
-	fmt.Fprintf(c.App.Writer, "config %s is valid; daemon (pid %d) reloading\n", c.String("config"), pid)
+	unlock()
+	fmt.Fprintf(c.App.Writer, "config %s is valid; no daemon is running, nothing to reload\n", c.String("config"))
 	return nil
 }
 
