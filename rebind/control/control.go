@@ -152,11 +152,14 @@ func Call(ctx context.Context, path string, req Request, out any) error {
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetDeadline(dl)
 	}
-	if err := json.NewEncoder(c).Encode(req); err != nil {
-		return fmt.Errorf("control socket %s: %w", path, err)
-	}
+	// The daemon may answer (e.g. refuse the peer) and close before
+	// reading the request: a failed write still leaves its answer to read.
+	werr := json.NewEncoder(c).Encode(req)
 	var resp Response
 	if err := json.NewDecoder(io.LimitReader(c, 64<<20)).Decode(&resp); err != nil {
+		if werr != nil {
+			err = werr
+		}
 		return fmt.Errorf("control socket %s: %w", path, err)
 	}
 	if !resp.OK {
