@@ -212,7 +212,6 @@ func readAttr(path string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-
 // names lists a directory through Ops, dropping invalid names. A missing
 // directory is an empty list when optional.
 func (f *FS) names(dir string, optional bool) ([]string, error) {

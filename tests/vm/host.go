@@ -221,4 +221,3 @@ func (a *Archive) AddBinary(dst, src string) error {
 	}
 	return nil
 }
-
