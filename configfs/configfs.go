@@ -305,6 +305,14 @@ func (f *FS) port(id string, needLinks func(Port) bool) (Port, error) {
 	if !st.IsDir() {
 		return Port{}, fmt.Errorf("nvmet port %s: %w", id, fs.ErrNotExist)
 	}
+	// A read that fails because the port was removed meanwhile is "no
+	// such port", not a problem of the port.
+	gone := func() error {
+		if _, serr := os.Lstat(dir); errors.Is(serr, fs.ErrNotExist) {
+			return fmt.Errorf("nvmet port %s: %w", id, serr)
+		}
+		return nil
+	}
 	p := Port{ID: id}
 	for _, a := range []struct {
 		name string
@@ -312,10 +320,8 @@ func (f *FS) port(id string, needLinks func(Port) bool) (Port, error) {
 	}{{"addr_trtype", &p.Trtype}, {"addr_adrfam", &p.Adrfam}, {"addr_traddr", &p.Traddr}, {"addr_trsvcid", &p.Trsvcid}} {
 		v, err := readAttr(filepath.Join(dir, a.name))
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				if _, serr := os.Lstat(dir); errors.Is(serr, fs.ErrNotExist) {
-					return Port{}, fmt.Errorf("nvmet port %s: %w", id, serr)
-				}
+			if g := gone(); g != nil {
+				return Port{}, g
 			}
 			p.Err = errors.Join(p.Err, fmt.Errorf("nvmet port %s: %s: %w", id, a.name, err))
 			continue
@@ -328,8 +334,8 @@ func (f *FS) port(id string, needLinks func(Port) bool) (Port, error) {
 	}
 	links, err := f.links(id)
 	if err != nil {
-		if _, serr := os.Lstat(dir); errors.Is(serr, fs.ErrNotExist) {
-			return Port{}, fmt.Errorf("nvmet port %s: %w", id, serr)
+		if g := gone(); g != nil {
+			return Port{}, g
 		}
 		p.Err = errors.Join(p.Err, err)
 	}

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -194,14 +196,15 @@ func (e *Engine) Observe() (Observed, error) {
 			}
 		}
 	}
-	needLinks := func(p configfs.Port) bool {
-		if _, ok := obs.Journal[Key{KindNvmet, p.ID}]; ok {
-			return true
+	declared := map[string]bool{}
+	for _, d := range obs.Declared {
+		if d.Kind == KindNvmet {
+			declared[d.ID] = true
 		}
-		for _, d := range obs.Declared {
-			if d.Kind == KindNvmet && d.ID == p.ID {
-				return true
-			}
+	}
+	needLinks := func(p configfs.Port) bool {
+		if _, ok := obs.Journal[Key{KindNvmet, p.ID}]; ok || declared[p.ID] {
+			return true
 		}
 		ap, err := p.Addr()
 		return p.Trtype != "rdma" || err != nil || !live[ap]
@@ -236,15 +239,7 @@ func (e *Engine) PlanNow() ([]Item, Observed, error) {
 }
 
 func (e *Engine) memCopy() Memory {
-	return Memory{DeadSince: maps(e.mem.DeadSince), NextTry: maps(e.mem.NextTry), Pins: maps(e.mem.Pins), AliveOn: maps(e.mem.AliveOn)}
-}
-
-func maps[K comparable, V any](m map[K]V) map[K]V {
-	out := make(map[K]V, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
+	return Memory{DeadSince: maps.Clone(e.mem.DeadSince), NextTry: maps.Clone(e.mem.NextTry), Pins: maps.Clone(e.mem.Pins), AliveOn: maps.Clone(e.mem.AliveOn)}
 }
 
 // Reconcile observes, plans, applies and verifies once. It returns the
@@ -663,8 +658,8 @@ func (e *Engine) Snapshot() Snapshot {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	st := e.stats
-	st.Rebinds = maps(e.stats.Rebinds)
-	return Snapshot{Items: slices.Clone(e.last), Results: maps(e.results), At: e.lastAt, Stats: st,
+	st.Rebinds = maps.Clone(e.stats.Rebinds)
+	return Snapshot{Items: slices.Clone(e.last), Results: maps.Clone(e.results), At: e.lastAt, Stats: st,
 		ListenersErr: e.lastObs.ListenersErr, JournalErrs: slices.Clone(e.journalErrs)}
 }
 
@@ -716,7 +711,7 @@ func (e *Engine) savePins() {
 	for k, g := range e.mem.Pins {
 		pins = append(pins, pinEntry{Kind: k.Kind, ID: k.ID, GUID: fmt.Sprintf("%016x", g)})
 	}
-	slices.SortFunc(pins, func(a, b pinEntry) int { return cmpStr(string(a.Kind)+a.ID, string(b.Kind)+b.ID) })
+	slices.SortFunc(pins, func(a, b pinEntry) int { return strings.Compare(string(a.Kind)+a.ID, string(b.Kind)+b.ID) })
 	b, _ := json.MarshalIndent(pins, "", "  ")
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {

@@ -2,8 +2,6 @@ package rebind_test
 
 import (
 	"context"
-	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -444,8 +442,6 @@ func TestJournalCorruptionIsReported(t *testing.T) {
 			must(t, err)
 			// Write a valid entry then clobber it.
 			must(t, j.Put(rebind.Intent{Kind: rebind.KindNvmet, ID: "1", Address: "192.0.2.1:4420", Links: []configfs.Link{{Name: nqnA, NQN: nqnA}}}))
-			ents, _ := j.Load()
-			_ = ents
 			files := journalFiles(t, j.Dir())
 			must(t, writeFile(files[0], content))
 			e := w.engine()
@@ -508,9 +504,6 @@ func TestPlanTable(t *testing.T) {
 		})
 	}
 }
-
-var _ = fmt.Sprint
-var _ = slices.Contains[[]string]
 
 // While a device unregisters, its listeners are gone before the device
 // leaves the device list. A rebind then would race the removal (and leave

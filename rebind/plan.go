@@ -165,24 +165,14 @@ func Plan(obs Observed, mem Memory, cfg Config) []Item {
 	}
 	slices.SortFunc(keys, func(a, b Key) int {
 		if a.Kind != b.Kind {
-			return cmpStr(string(a.Kind), string(b.Kind))
+			return strings.Compare(string(a.Kind), string(b.Kind))
 		}
-		return cmpStr(a.ID, b.ID)
+		return strings.Compare(a.ID, b.ID)
 	})
 	for _, k := range keys {
 		items = append(items, Item{Key: k, Reason: "removed by the admin during the outage; forgetting the journal entry", Action: ActDropJournal})
 	}
 	return items
-}
-
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // netView answers: which netdev holds an address, and which RDMA device

@@ -45,8 +45,8 @@ func Report(s Snapshot, source string) StatusReport {
 		r.JournalErrors = append(r.JournalErrors, e.Error())
 	}
 	for _, it := range s.Items {
-		if it.Action == ActDropJournal && it.Address == (Item{}).Address {
-			continue
+		if it.Action == ActDropJournal && !it.Address.IsValid() {
+			continue // a journal entry of a removed object: not a listener
 		}
 		ls := ListenerStatus{
 			Kind: string(it.Kind), ID: it.ID, Service: it.ServiceString(), Managed: it.Managed,
@@ -106,4 +106,17 @@ func Check(r StatusReport) (Health, []string) {
 		}
 	}
 	return h, why
+}
+
+// Status observes now (read-only) and reports it with the engine's memory:
+// last actions, pending retries, give-up windows. Used by the daemon's
+// control socket and, on a fresh engine, by the CLI without a daemon.
+func (e *Engine) Status(source string) (StatusReport, []Item, error) {
+	items, obs, err := e.PlanNow()
+	if err != nil {
+		return StatusReport{}, nil, err
+	}
+	snap := e.Snapshot()
+	snap.Items, snap.At, snap.ListenersErr = items, obs.Now, obs.ListenersErr
+	return Report(snap, source), items, nil
 }

@@ -304,15 +304,8 @@ func (e *env) handler(c *cli.Context) control.Handler {
 	return func(ctx context.Context, req control.Request) (any, error) {
 		switch req.Cmd {
 		case "status":
-			// Fresh from the kernel, with the daemon's memory (last
-			// actions, retries, give-up windows).
-			items, obs, err := e.eng.PlanNow()
-			if err != nil {
-				return nil, err
-			}
-			snap := e.eng.Snapshot()
-			snap.Items, snap.At, snap.ListenersErr = items, obs.Now, obs.ListenersErr
-			return rebind.Report(snap, "daemon"), nil
+			r, _, err := e.eng.Status("daemon")
+			return r, err
 		case "trigger":
 			e.eng.Poke()
 			return map[string]bool{"poked": true}, nil
@@ -341,12 +334,10 @@ func (e *env) rebindOne(ctx context.Context, id string) (rebind.ListenerStatus, 
 		k.Kind = rebind.KindLIO
 	}
 	e.eng.Retry(k)
-	items, err := e.eng.Reconcile(ctx)
-	if err != nil {
+	if _, err := e.eng.Reconcile(ctx); err != nil {
 		return rebind.ListenerStatus{}, err
 	}
 	r := rebind.Report(e.eng.Snapshot(), "daemon")
-	_ = items
 	for _, l := range r.Listeners {
 		if l.Kind == string(k.Kind) && l.ID == id {
 			return l, nil
@@ -447,12 +438,11 @@ func snapshot(c *cli.Context) (rebind.StatusReport, []rebind.Item, error) {
 		return rebind.StatusReport{}, nil, err
 	}
 	defer e.kernel.Close()
-	items, obs, err := e.eng.PlanNow()
+	r, items, err := e.eng.Status("direct")
 	if err != nil {
 		return rebind.StatusReport{}, nil, &exitError{2, err}
 	}
-	snap := rebind.Snapshot{Items: items, At: obs.Now, ListenersErr: obs.ListenersErr}
-	return rebind.Report(snap, "direct"), items, nil
+	return r, items, nil
 }
 
 // liveOrDirect asks the daemon for its live status, else reads directly.
