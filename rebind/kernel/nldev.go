@@ -321,15 +321,20 @@ func newRequest(cmd uint16, seq uint32, dev uint32, withDev bool) []byte {
 // ParseDevices decodes the answer datagrams of an RDMA_NLDEV_CMD_GET dump
 // (or of a GET doit with NLM_F_ACK) into devices, without ports.
 func ParseDevices(datagrams [][]byte) ([]Device, error) {
-	msgs, err := readDump(datagrams, nldevType(nldevCmdGet))
-	if err != nil {
-		return nil, fmt.Errorf("rdma netlink: device dump: %w", err)
+	return parseDump(datagrams, nldevCmdGet, "device dump", parseDevices)
+}
+
+// parseDump reads a dump's answer datagrams and decodes its messages,
+// naming the dump in errors.
+func parseDump[T any](datagrams [][]byte, cmd uint16, what string, parse func([]nlMsg) ([]T, error)) ([]T, error) {
+	msgs, err := readDump(datagrams, nldevType(cmd))
+	if err == nil {
+		var out []T
+		if out, err = parse(msgs); err == nil {
+			return out, nil
+		}
 	}
-	devs, err := parseDevices(msgs)
-	if err != nil {
-		return nil, fmt.Errorf("rdma netlink: device dump: %w", err)
-	}
-	return devs, nil
+	return nil, fmt.Errorf("rdma netlink: %s: %w", what, err)
 }
 
 func parseDevices(msgs []nlMsg) ([]Device, error) {
@@ -378,15 +383,7 @@ func parseDevice(b []byte) (Device, error) {
 
 // ParsePorts decodes the answer datagrams of an RDMA_NLDEV_CMD_PORT_GET dump.
 func ParsePorts(datagrams [][]byte) ([]Port, error) {
-	msgs, err := readDump(datagrams, nldevType(nldevCmdPortGet))
-	if err != nil {
-		return nil, fmt.Errorf("rdma netlink: port dump: %w", err)
-	}
-	ports, err := parsePorts(msgs, 0, false)
-	if err != nil {
-		return nil, fmt.Errorf("rdma netlink: port dump: %w", err)
-	}
-	return ports, nil
+	return parseDump(datagrams, nldevCmdPortGet, "port dump", func(m []nlMsg) ([]Port, error) { return parsePorts(m, 0, false) })
 }
 
 // parsePorts decodes PORT_GET messages; with checkDev every message must
@@ -437,15 +434,7 @@ func parsePorts(msgs []nlMsg, dev uint32, checkDev bool) ([]Port, error) {
 // dump. A dump of a missing device index answers NLMSG_DONE with -EINVAL:
 // the error then satisfies errors.Is(err, syscall.EINVAL).
 func ParseCMIDs(datagrams [][]byte) ([]CMID, error) {
-	msgs, err := readDump(datagrams, nldevType(nldevCmdResCMIDGet))
-	if err != nil {
-		return nil, fmt.Errorf("rdma netlink: cm_id dump: %w", err)
-	}
-	ids, err := parseCMIDs(msgs, 0, false)
-	if err != nil {
-		return nil, fmt.Errorf("rdma netlink: cm_id dump: %w", err)
-	}
-	return ids, nil
+	return parseDump(datagrams, nldevCmdResCMIDGet, "cm_id dump", func(m []nlMsg) ([]CMID, error) { return parseCMIDs(m, 0, false) })
 }
 
 // parseCMIDs decodes RES_CM_ID_GET messages: DEV_INDEX, DEV_NAME and one
