@@ -141,6 +141,8 @@ nvmet_port() {
 nvmet_link() { ln -s "$N/subsystems/$2" "$N/ports/$1/subsystems/$2"; }
 nvmet_unlink() { rm "$N/ports/$1/subsystems/$2"; }
 nvmet_linked() { [ -L "$N/ports/$1/subsystems/$2" ]; }
+# links_order PORT: the port's subsystem links in configfs readdir order.
+links_order() { find "$N/ports/$1/subsystems" -mindepth 1 -maxdepth 1 | sed 's|.*/||' | tr '\n' ' '; }
 
 # discover ADDR SVC [NQN]: nvme discover over RDMA works (and lists NQN).
 discover() {
@@ -190,6 +192,20 @@ lio_portal() {
 }
 lio_iser() { cat "$T/iscsi/$1/tpgt_1/np/$(np_name "$2" "$3")/iser"; }
 lio_set_iser() { echo "$4" >"$T/iscsi/$1/tpgt_1/np/$(np_name "$2" "$3")/iser"; }
+
+# target_pair ADDR NQN IQN: the set-up most scenarios share — rxe0 on veth0
+# holding ADDR/24, nvmet port 1 (ADDR:4420) exporting NQN, and a LIO portal
+# ADDR:3260 of IQN with iser=1.
+target_pair() {
+	must veth veth0 veth1
+	must addr veth0 "$1/24"
+	must rxe_add rxe0 veth0
+	must nvmet_subsys "$2"
+	must nvmet_port 1 "$1" 4420
+	must nvmet_link 1 "$2"
+	must lio_target "$3"
+	must lio_portal "$3" "$1" 3260
+}
 
 # ---- listeners --------------------------------------------------------------------
 

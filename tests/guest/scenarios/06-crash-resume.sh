@@ -18,6 +18,7 @@ must nvmet_port 1 $A 4420
 must nvmet_link 1 $NQA
 must nvmet_link 1 $NQB
 listening nvmet_rdma $A 4420 || fail "port 1 does not listen at setup"
+order0=$(links_order 1)
 write_config
 
 # Part 1: nvmet, crash after the first unlink.
@@ -38,6 +39,9 @@ ms=$(wait_listen nvmet_rdma $A 4420 20 "$t0") || fail "port 1 not listening 20 s
 metric "nvmet_resume_ms=$ms"
 nvmet_linked 1 $NQA || fail "subsystem A not linked after the restart"
 nvmet_linked 1 $NQB || fail "subsystem B not linked after the restart"
+# Relinked in the original order: configfs lists them as before.
+[ "$(links_order 1)" = "$order0" ] || fail "link order changed: '$order0' before, '$(links_order 1)' after"
+log "link order kept: $order0"
 discover $A 4420 $NQA || fail "discover fails after the restart"
 grep -q "subnqn: *$NQB\$" "$W/discover.out" || fail "discover does not list subsystem B"
 daemon_stop

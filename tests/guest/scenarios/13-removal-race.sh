@@ -9,16 +9,9 @@ A=192.0.2.1
 ROUNDS=5
 need_daemon
 
-must veth veth0 veth1
-must addr veth0 $A/24
-must rxe_add rxe0 veth0
+target_pair $A $NQN $IQN
 must ip link add dummy0 type dummy
 must ip link set dummy0 up
-must nvmet_subsys $NQN
-must nvmet_port 1 $A 4420
-must nvmet_link 1 $NQN
-must lio_target $IQN
-must lio_portal $IQN $A 3260
 write_config
 daemon_start || fail "daemon did not start"
 

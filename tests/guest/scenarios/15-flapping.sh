@@ -8,14 +8,7 @@ A=192.0.2.1
 FLAPS=${FLAPS:-20}
 need_daemon
 
-must veth veth0 veth1
-must addr veth0 $A/24
-must rxe_add rxe0 veth0
-must nvmet_subsys $NQN
-must nvmet_port 1 $A 4420
-must nvmet_link 1 $NQN
-must lio_target $IQN
-must lio_portal $IQN $A 3260
+target_pair $A $NQN $IQN
 write_config
 daemon_start || fail "daemon did not start"
 fds() { ls /proc/$DAEMON_PID/fd | wc -l; }

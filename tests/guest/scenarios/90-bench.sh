@@ -9,14 +9,7 @@ R=${E2E_BENCH:-0}
 [ "$R" -gt 0 ] || skip "NVMET_REBIND_E2E_BENCH not set"
 need_daemon
 
-must veth veth0 veth1
-must addr veth0 $A/24
-must rxe_add rxe0 veth0
-must nvmet_subsys $NQN
-must nvmet_port 1 $A 4420
-must nvmet_link 1 $NQN
-must lio_target $IQN
-must lio_portal $IQN $A 3260
+target_pair $A $NQN $IQN
 
 LINK=$N/ports/1/subsystems/$NQN
 ISER=$T/iscsi/$IQN/tpgt_1/np/$A:3260/iser
