@@ -443,12 +443,7 @@ func planPortal(p configfs.Portal, obs Observed, mem Memory, cfg Config, net net
 	switch {
 	case journaled && p.ISER && (it.Listening == nil || *it.Listening):
 		it.Action, it.Reason = ActDropJournal, "iser is back to 1"
-	case journaled && p.ISER:
-		it.Reason = "listener dead (iser reads 1)"
-		if gate(&it, obs, mem, cfg, net) {
-			it.Action = ActToggleISER
-		}
-	case journaled:
+	case journaled && !p.ISER:
 		it.Reason = "iser=1 to restore from the journal"
 		if it.Listening == nil {
 			it.Listening = ptr(false)
