@@ -276,11 +276,12 @@ func (f *FS) PortsWith(needLinks func(Port) bool) ([]Port, error) {
 		}
 		out = append(out, p)
 	}
-	slices.SortStableFunc(out, func(a, b Port) int { return comparePortIDs(a.ID, b.ID) })
+	slices.SortStableFunc(out, func(a, b Port) int { return ComparePortIDs(a.ID, b.ID) })
 	return out, nil
 }
 
-func comparePortIDs(a, b string) int {
+// ComparePortIDs orders nvmet port ids numerically when both are numbers.
+func ComparePortIDs(a, b string) int {
 	ai, aerr := strconv.Atoi(a)
 	bi, berr := strconv.Atoi(b)
 	if aerr == nil && berr == nil {

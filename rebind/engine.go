@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -73,7 +72,6 @@ type Engine struct {
 	mu          sync.Mutex // guards the fields below
 	cfg         Config
 	mem         Memory
-	backoff     map[Key]time.Duration
 	results     map[Key]Result
 	last        []Item
 	lastObs     Observed
@@ -81,6 +79,7 @@ type Engine struct {
 	stats       Stats
 	journalErrs []error
 	bootUntil   time.Time
+	eventAt     time.Time
 }
 
 // Stats are counters for metrics and status.
@@ -104,8 +103,7 @@ func New(opt Options) *Engine {
 		log:     opt.Logger,
 		trigger: make(chan struct{}, 1),
 		cfg:     opt.Config,
-		mem:     Memory{DeadSince: map[Key]time.Time{}, NextTry: map[Key]time.Time{}, Pins: map[Key]uint64{}, AliveOn: map[Key]uint32{}},
-		backoff: map[Key]time.Duration{},
+		mem:     NewMemory(),
 		results: map[Key]Result{},
 		stats:   Stats{Rebinds: map[string]uint64{}},
 	}
@@ -114,8 +112,13 @@ func New(opt Options) *Engine {
 	return e
 }
 
-// Poke asks for a reconcile; it never blocks, and pokes coalesce.
+// Poke asks for a reconcile; it never blocks, and pokes coalesce. A poke
+// is an event (device, address, udev trigger): endpoints waiting for their
+// address to appear in a GID table are looked at again shortly after it.
 func (e *Engine) Poke() {
+	e.mu.Lock()
+	e.eventAt = e.opt.Now()
+	e.mu.Unlock()
 	select {
 	case e.trigger <- struct{}{}:
 	default:
@@ -130,7 +133,7 @@ func (e *Engine) SetConfig(cfg Config) {
 	e.cfg = cfg
 	clear(e.mem.DeadSince)
 	clear(e.mem.NextTry)
-	clear(e.backoff)
+	clear(e.mem.Backoff)
 }
 
 // Config returns the configuration in use.
@@ -140,15 +143,25 @@ func (e *Engine) Config() Config {
 	return e.cfg
 }
 
-// Retry forgets the give-up window and backoff of one listener (a manual
-// rebind request).
+// Retry forgets the give-up window, backoff and graces of the endpoint of
+// one object (a manual rebind request).
 func (e *Engine) Retry(k Key) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	delete(e.mem.DeadSince, k)
-	delete(e.mem.NextTry, k)
-	delete(e.mem.AliveOn, k) // the admin asks now: no removal grace
-	delete(e.backoff, k)
+	for _, it := range e.last {
+		if it.Key != k || !it.Endpoint.Addr.IsValid() {
+			continue
+		}
+		ep := it.Endpoint
+		delete(e.mem.DeadSince, ep)
+		delete(e.mem.NextTry, ep)
+		delete(e.mem.AliveOn, ep) // the admin asks now: no removal grace
+		delete(e.mem.Backoff, ep)
+		if e.mem.Forced == nil {
+			e.mem.Forced = map[Endpoint]bool{}
+		}
+		e.mem.Forced[ep] = true
+	}
 }
 
 // Observe reads configfs, the journal and the kernel. Errors that make the
@@ -179,6 +192,7 @@ func (e *Engine) Observe() (Observed, error) {
 	}
 	e.mu.Lock()
 	cfg, bootUntil := e.cfg, e.bootUntil
+	obs.EventAt = e.eventAt
 	e.mu.Unlock()
 	obs.BootUntil = bootUntil
 	if cfg.NvmetConfig != "" || cfg.TargetConfig != "" {
@@ -188,14 +202,7 @@ func (e *Engine) Observe() (Observed, error) {
 		}
 		obs.Declared = d
 	}
-	live := map[netip.AddrPort]bool{}
-	if obs.ListenersErr == nil {
-		for _, c := range obs.Listeners {
-			if c.Listening() && c.Port != 0 && c.KernName == KindNvmet.owner() {
-				live[unzoned(c.Src)] = true
-			}
-		}
-	}
+	v := netIndex(obs)
 	declared := map[string]bool{}
 	for _, d := range obs.Declared {
 		if d.Kind == KindNvmet {
@@ -207,7 +214,12 @@ func (e *Engine) Observe() (Observed, error) {
 			return true
 		}
 		ap, err := p.Addr()
-		return p.Trtype != "rdma" || err != nil || !live[ap]
+		if p.Trtype != "rdma" || err != nil {
+			return true
+		}
+		// Exactly Plan's judgement: a stranded port needs its links.
+		st, _ := judge(Endpoint{KindNvmet, ap}, obs, v, v.carrierOf(ap.Addr()))
+		return st != StateListening
 	}
 	var err error
 	if obs.Ports, err = e.opt.FS.PortsWith(needLinks); err != nil {
@@ -226,114 +238,96 @@ func (e *Engine) Observe() (Observed, error) {
 	return obs, nil
 }
 
-// PlanNow observes and plans without writing anything.
-func (e *Engine) PlanNow() ([]Item, Observed, error) {
+// PlanAll observes and plans without writing anything.
+func (e *Engine) PlanAll() (Planned, Observed, error) {
 	obs, err := e.Observe()
 	if err != nil {
-		return nil, obs, err
+		return Planned{}, obs, err
 	}
 	e.mu.Lock()
-	items := Plan(obs, e.memCopy(), e.cfg)
+	p := Plan(obs, e.mem, e.cfg)
 	e.mu.Unlock()
-	return items, obs, nil
+	return p, obs, nil
 }
 
-func (e *Engine) memCopy() Memory {
-	return Memory{DeadSince: maps.Clone(e.mem.DeadSince), NextTry: maps.Clone(e.mem.NextTry), Pins: maps.Clone(e.mem.Pins), AliveOn: maps.Clone(e.mem.AliveOn)}
+// PlanNow observes and plans without writing anything; it returns the
+// status items.
+func (e *Engine) PlanNow() ([]Item, Observed, error) {
+	p, obs, err := e.PlanAll()
+	return p.Items, obs, err
 }
 
 // Reconcile observes, plans, applies and verifies once. It returns the
-// plan as it stood after the actions (for status).
+// status items as they stood after the actions.
 func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 	e.run.Lock()
 	defer e.run.Unlock()
-	items, obs, err := e.PlanNow()
+	pl, obs, err := e.PlanAll()
 	if err != nil {
 		return nil, err
 	}
-	e.remember(items, obs)
+	e.learn(pl, obs, nil)
 	var done []pending
-	for i := range items {
+	for _, h := range pl.Heals {
 		if err := ctx.Err(); err != nil {
-			return items, err
-		}
-		it := &items[i]
-		if it.Action == ActNone {
-			continue
+			return pl.Items, err
 		}
 		if e.opt.DryRun {
-			e.log.Info("dry run: would act", "listener", it.Key.String(), "action", it.Action.String(), "address", it.Address, "reason", it.Reason)
+			e.log.Info("dry run: would act", "endpoint", h.Endpoint.String(), "action", h.Action.String(), "objects", len(h.Keys), "steps", len(h.Steps), "reason", h.Reason)
 			continue
 		}
-		p, err := e.apply(it)
-		if errors.Is(err, ErrCrashed) {
-			return items, err
+		p := pending{heal: h, start: e.opt.Now(), wall: time.Now()}
+		p.err = e.execute(h)
+		if errors.Is(p.err, ErrCrashed) {
+			return pl.Items, p.err
 		}
-		if p != nil {
-			done = append(done, *p)
+		if h.Action == ActDropJournal {
+			if p.err != nil {
+				e.log.Warn("journal entry not dropped", "keys", fmt.Sprint(h.Keys), "err", p.err)
+			} else {
+				e.log.Info("journal entry dropped", "listener", keysString(h.Keys), "reason", h.Reason)
+			}
+			continue
 		}
+		done = append(done, p)
 	}
 	if len(done) > 0 {
-		// One observation verifies every action of this round (one cm_id
-		// dump per device, not one per port) and refreshes the status.
-		items2, obs2, err := e.PlanNow()
+		// One observation verifies every heal of this round (one cm_id
+		// dump per device, not one per endpoint) and refreshes the status.
+		pl2, obs2, err := e.PlanAll()
+		outcomes := e.verify(done, pl2, err)
 		if err == nil {
-			items = items2
-			e.remember(items, obs2)
+			pl, obs = pl2, obs2
 		}
-		e.settle(done, items2, err)
+		e.learn(pl, obs, outcomes)
+		e.report(outcomes, pl.Items)
 	}
 	e.mu.Lock()
-	e.last = items
+	e.last = pl.Items
 	e.lastAt = e.opt.Now()
 	e.stats.Reconciles++
 	e.mu.Unlock()
-	return items, nil
+	return pl.Items, nil
 }
 
-// remember updates dead-since and pins from a plan.
-func (e *Engine) remember(items []Item, obs Observed) {
+// learn updates the memory through Learn and persists changed pins.
+func (e *Engine) learn(pl Planned, obs Observed, outcomes []Outcome) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.lastObs = obs
-	pinsChanged := false
-	present := map[Key]bool{}
-	for _, it := range items {
-		present[it.Key] = true
-		switch {
-		case !it.Managed || it.Listening == nil:
-			delete(e.mem.DeadSince, it.Key)
-		case *it.Listening:
-			e.mem.AliveOn[it.Key] = it.devIndex + 1
-			delete(e.mem.DeadSince, it.Key)
-			delete(e.mem.NextTry, it.Key)
-			delete(e.backoff, it.Key)
-			if it.GUID != 0 && e.mem.Pins[it.Key] != it.GUID {
-				e.mem.Pins[it.Key] = it.GUID
-				pinsChanged = true
-			}
-		case it.Reason == "not enabled: no subsystem linked":
-			delete(e.mem.DeadSince, it.Key)
-		default:
-			if _, ok := e.mem.DeadSince[it.Key]; !ok {
-				e.mem.DeadSince[it.Key] = obs.Now
-			}
-		}
-	}
-	for k := range e.mem.AliveOn {
-		if !present[k] {
-			delete(e.mem.AliveOn, k)
-		}
-	}
-	for k := range e.mem.Pins {
-		if !present[k] {
-			delete(e.mem.Pins, k)
-			pinsChanged = true
-		}
-	}
+	var pinsChanged bool
+	e.mem, pinsChanged = Learn(e.mem, pl.Endpoints, pl.Items, outcomes, obs.Now)
 	if pinsChanged {
 		e.savePins()
 	}
+}
+
+func keysString(ks []Key) string {
+	s := make([]string, len(ks))
+	for i, k := range ks {
+		s[i] = k.String()
+	}
+	return strings.Join(s, ", ")
 }
 
 func (e *Engine) fault(point string) bool {
@@ -346,243 +340,216 @@ func refused(err error) bool {
 	return errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.ENODEV)
 }
 
-// pending is an action written and waiting for verification.
+// pending is a heal written and waiting for verification.
 type pending struct {
-	it    Item
+	heal  Heal
 	start time.Time // engine clock
 	wall  time.Time // for the latency
 	err   error
 }
 
-// apply performs one item's action. Actions that change listeners are
-// returned for settle to verify; a journal drop is final at once.
-func (e *Engine) apply(it *Item) (*pending, error) {
-	p := &pending{it: *it, start: e.opt.Now(), wall: time.Now()}
-	switch it.Action {
-	case ActRebindPort:
-		p.err = e.rebindPort(it)
-	case ActCompletePort:
-		p.err = e.restorePort(it)
-	case ActToggleISER:
-		p.err = e.toggleISER(it)
-	case ActCompleteISER:
-		p.err = e.completeISER(it.ID)
-	case ActCompleteBoot:
-		p.err = e.completeBoot(it)
-	case ActDropJournal:
-		err := e.opt.Journal.Delete(it.Key)
-		e.log.Info("journal entry dropped", "listener", it.Key.String(), "reason", it.Reason)
-		return nil, err
-	}
-	if errors.Is(p.err, ErrCrashed) {
-		return nil, p.err
-	}
-	return p, nil
-}
-
-// settle records the outcome of this round's actions from the observation
-// made after them (items; planErr when it failed): ok when the listener is
-// in LISTEN, else backoff.
-func (e *Engine) settle(done []pending, items []Item, planErr error) {
+// verify turns the heals of this round into outcomes from the observation
+// made after them (pl; planErr when it failed): ok when the endpoint
+// listens where its address is carried.
+func (e *Engine) verify(done []pending, pl Planned, planErr error) []Outcome {
 	now := time.Now()
-	byKey := make(map[Key]*Item, len(items))
-	for i := range items {
-		byKey[items[i].Key] = &items[i]
+	state := make(map[Endpoint]State, len(pl.Endpoints))
+	for _, es := range pl.Endpoints {
+		state[es.Endpoint] = es.State
 	}
+	out := make([]Outcome, 0, len(done))
 	for _, p := range done {
-		it := p.it
-		res := Result{Action: it.Action, At: p.start, Err: p.err}
-		outcome := "ok"
-		switch {
+		h := p.heal
+		o := Outcome{Endpoint: h.Endpoint, Action: h.Action, Keys: h.Keys, At: p.start, Err: p.err, Result: "ok"}
+		switch st, ok := state[h.Endpoint]; {
 		case p.err != nil && refused(p.err):
-			outcome = "refused"
+			o.Result = "refused"
 		case p.err != nil:
-			outcome = "error"
+			o.Result = "error"
 		case planErr != nil:
-			res.Err, outcome = fmt.Errorf("verify: %w", planErr), "unverified"
+			o.Err, o.Result = fmt.Errorf("verify: %w", planErr), "unverified"
+		case !ok, st == StateListening, st == StateNone:
+			// Removed (or emptied) by the admin meanwhile: nothing to verify.
+			o.Latency = now.Sub(p.wall)
+		case st == StateUnknown:
+			o.Err, o.Result = errors.New("verify: listener state unknown"), "unverified"
+		case st == StateStranded:
+			o.Err, o.Result = errors.New("written, but the listener is still on a device that does not carry the address"), "unverified"
 		default:
-			after, ok := byKey[it.Key]
-			switch {
-			case !ok:
-				// Removed by the admin meanwhile: nothing to verify.
-			case after.Listening == nil:
-				res.Err, outcome = errors.New("verify: listener state unknown"), "unverified"
-			case !*after.Listening:
-				res.Err, outcome = errors.New("written, but no listener in the cm_id table"), "unverified"
-			}
-			res.Latency = now.Sub(p.wall)
+			o.Err, o.Result = errors.New("written, but no listener in the cm_id table"), "unverified"
 		}
-		e.mu.Lock()
-		e.results[it.Key] = res
-		e.stats.Rebinds[outcome]++
-		var retry time.Duration
-		if outcome == "ok" {
-			e.stats.LastLatency = res.Latency
-			delete(e.backoff, it.Key)
-			delete(e.mem.NextTry, it.Key)
+		out = append(out, o)
+	}
+	return out
+}
+
+// report records outcomes for status and metrics, and logs them.
+func (e *Engine) report(outcomes []Outcome, items []Item) {
+	e.mu.Lock()
+	for _, o := range outcomes {
+		res := Result{Action: o.Action, At: o.At, Err: o.Err, Latency: o.Latency}
+		for _, k := range o.Keys {
+			e.results[k] = res
+		}
+		e.stats.Rebinds[o.Result]++
+		if o.Result == "ok" {
+			e.stats.LastLatency = o.Latency
+		}
+		if t, ok := e.mem.NextTry[o.Endpoint]; ok {
+			for i := range items {
+				if items[i].Endpoint == o.Endpoint && items[i].Expected {
+					items[i].RetryAt = t
+				}
+			}
+		}
+	}
+	mem := e.mem
+	e.mu.Unlock()
+	for _, o := range outcomes {
+		addr, svc := o.Endpoint.Addr.Addr(), o.Endpoint.Addr.Port()
+		if o.Result == "ok" {
+			e.log.Info("listener restored", "listener", keysString(o.Keys), "endpoint", o.Endpoint.String(), "address", addr, "service", svc, "action", o.Action.String(), "latency", o.Latency)
 		} else {
-			retry = e.backoff[it.Key]
-			if retry == 0 {
-				retry = backoffMin
-			} else {
-				retry = min(2*retry, backoffMax)
-			}
-			e.backoff[it.Key] = retry
-			e.mem.NextTry[it.Key] = e.opt.Now().Add(retry)
-			if after, ok := byKey[it.Key]; ok {
-				after.RetryAt = e.mem.NextTry[it.Key]
-			}
-		}
-		e.mu.Unlock()
-		if outcome == "ok" {
-			e.log.Info("listener restored", "listener", it.Key.String(), "address", it.Address, "service", it.Service, "action", it.Action.String(), "latency", res.Latency)
-		} else {
-			e.log.Warn("rebind failed, will retry", "listener", it.Key.String(), "address", it.Address, "action", it.Action.String(), "result", outcome, "err", res.Err, "retry_in", retry)
+			e.log.Warn("rebind failed, will retry", "listener", keysString(o.Keys), "endpoint", o.Endpoint.String(), "address", addr, "action", o.Action.String(), "result", o.Result, "err", o.Err, "retry_in", mem.Backoff[o.Endpoint])
 		}
 	}
 }
 
-// rebindPort: journal, unlink all, relink all in order.
-func (e *Engine) rebindPort(it *Item) error {
+// execute performs one heal's steps in order, checking each step's
+// precondition right before it. It decides nothing: what to write is the
+// plan's. A write error stops the heal; the journal keeps what is left to
+// do for the next round.
+func (e *Engine) execute(h Heal) error {
 	fsys := e.opt.FS
-	// Re-read the port right before writing: another tool may have changed
-	// it since the plan was made.
-	p, err := fsys.Port(it.ID)
-	if err != nil {
-		return fmt.Errorf("nvmet port %s: re-read: %w", it.ID, err)
-	}
-	if len(p.Links) == 0 {
-		return nil
-	}
-	in := Intent{Kind: KindNvmet, ID: it.ID, Address: addrString(it), Links: p.Links, Started: e.opt.Now()}
-	if err := e.opt.Journal.Put(in); err != nil {
-		return err
-	}
-	if e.fault("after-journal") {
-		return ErrCrashed
-	}
-	for i, l := range p.Links {
-		if err := fsys.Unlink(it.ID, l); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			// Put back what we took, then report.
-			if cerr := e.completePort(it.ID, p.Links); cerr != nil {
-				return errors.Join(err, cerr)
-			}
-			return err
-		}
-		if e.fault(fmt.Sprintf("after-unlink-%d", i)) {
-			return ErrCrashed
-		}
-	}
-	return e.completePort(it.ID, p.Links)
-}
-
-// restorePort finishes a rebind from the journal. When the port still has
-// some of the links (a crash between unlinks) its listener is dead, so those
-// are unlinked too and everything is relinked in the journal's order.
-func (e *Engine) restorePort(it *Item) error {
-	p, err := e.opt.FS.Port(it.ID)
-	if err != nil {
-		return fmt.Errorf("nvmet port %s: re-read: %w", it.ID, err)
-	}
-	if it.Listening == nil || !*it.Listening {
-		for _, l := range p.Links {
-			if !slices.Contains(it.Links, l) {
-				continue
-			}
-			if err := e.opt.FS.Unlink(it.ID, l); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return err
+	skip := map[Key]bool{}
+	puts, offs := 0, 0
+	for _, s := range h.Steps {
+		switch s.Op {
+		case OpJournalPut:
+			puts++
+		case OpSetISER:
+			if !s.On {
+				offs++
 			}
 		}
 	}
-	return e.completePort(it.ID, it.Links)
-}
-
-// completePort relinks every link of the journal that is missing, in
-// order, and drops the journal entry when all are back.
-func (e *Engine) completePort(id string, links []configfs.Link) error {
-	fsys := e.opt.FS
-	for i, l := range links {
-		p, err := fsys.Port(id)
-		if errors.Is(err, fs.ErrNotExist) {
-			return e.opt.Journal.Delete(Key{KindNvmet, id}) // the admin removed the port
-		}
-		if err != nil {
-			return err
-		}
-		if slices.Contains(p.Links, l) {
+	var nPut, nUnlink, nLink, nOff, nOn int
+	for _, s := range h.Steps {
+		if skip[s.Key] && s.Op != OpJournalDelete {
 			continue
 		}
-		err = fsys.Relink(id, l)
-		switch {
-		case err == nil, errors.Is(err, fs.ErrExist):
-		case errors.Is(err, fs.ErrNotExist):
-			// The subsystem was deleted by the admin: respected.
-			e.log.Info("subsystem gone, not relinked", "listener", Key{KindNvmet, id}.String(), "nqn", l.NQN)
-		default:
-			return err // refused binds included: the journal keeps the links
-		}
-		if e.fault(fmt.Sprintf("after-relink-%d", i)) {
-			return ErrCrashed
-		}
-	}
-	return e.opt.Journal.Delete(Key{KindNvmet, id})
-}
-
-// completeBoot links the declared subsystems that are missing, in order.
-func (e *Engine) completeBoot(it *Item) error {
-	for _, l := range it.Links {
-		err := e.opt.FS.Relink(it.ID, l)
-		if err != nil && !errors.Is(err, fs.ErrExist) {
-			return err
+		switch s.Op {
+		case OpJournalPut:
+			if ok, err := e.journalPrecondition(s); err != nil {
+				return err
+			} else if !ok {
+				skip[s.Key] = true
+				continue
+			}
+			in := s.Intent
+			in.Started = e.opt.Now()
+			if err := e.opt.Journal.Put(in); err != nil {
+				return err
+			}
+			if nPut++; nPut == puts && e.fault("after-journal") {
+				return ErrCrashed
+			}
+		case OpUnlink:
+			if err := fsys.Unlink(s.Key.ID, s.Link); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			if e.fault(fmt.Sprintf("after-unlink-%d", nUnlink)) {
+				return ErrCrashed
+			}
+			nUnlink++
+		case OpLink:
+			p, err := fsys.Port(s.Key.ID)
+			if errors.Is(err, fs.ErrNotExist) {
+				skip[s.Key] = true // the admin removed the port
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("%s: re-read: %w", s.Key, err)
+			}
+			if slices.Contains(p.Links, s.Link) {
+				continue
+			}
+			err = fsys.Relink(s.Key.ID, s.Link)
+			switch {
+			case err == nil, errors.Is(err, fs.ErrExist):
+			case errors.Is(err, fs.ErrNotExist):
+				// The subsystem was deleted by the admin: respected.
+				e.log.Info("subsystem gone, not relinked", "listener", s.Key.String(), "nqn", s.Link.NQN)
+			default:
+				return err // refused binds included: the journal keeps the links
+			}
+			if e.fault(fmt.Sprintf("after-relink-%d", nLink)) {
+				return ErrCrashed
+			}
+			nLink++
+		case OpSetISER:
+			p, err := fsys.Portal(s.Key.ID)
+			if errors.Is(err, fs.ErrNotExist) {
+				skip[s.Key] = true // the admin removed the portal
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("%s: re-read: %w", s.Key, err)
+			}
+			if p.ISER == s.On {
+				if !s.On {
+					skip[s.Key] = true // the admin set iser=0 meanwhile
+				}
+				continue
+			}
+			if err := fsys.SetISER(s.Key.ID, s.On); err != nil {
+				return err
+			}
+			if !s.On {
+				nOff++
+				if nOff == 1 && e.fault("after-iser-0") || nOff > 1 && nOff == offs && e.fault("after-all-iser-0") {
+					return ErrCrashed
+				}
+			} else {
+				nOn++
+				if nOn == 1 && e.fault("after-iser-1") {
+					return ErrCrashed
+				}
+			}
+		case OpJournalDelete:
+			if err := e.opt.Journal.Delete(s.Key); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-func (e *Engine) toggleISER(it *Item) error {
-	p, err := e.opt.FS.Portal(it.ID)
-	if err != nil {
-		return fmt.Errorf("lio portal %s: re-read: %w", it.ID, err)
+// journalPrecondition re-reads the object right before its journal entry
+// is written: false skips the object (the admin removed it, or set iser=0);
+// an error stops the heal (the admin changed the port's links: plan again).
+func (e *Engine) journalPrecondition(s Step) (bool, error) {
+	if s.Key.Kind == KindLIO {
+		p, err := e.opt.FS.Portal(s.Key.ID)
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("%s: re-read: %w", s.Key, err)
+		}
+		return p.ISER, nil
 	}
-	if !p.ISER {
-		return nil // the admin set iser=0 meanwhile
-	}
-	if err := e.opt.Journal.Put(Intent{Kind: KindLIO, ID: it.ID, Address: addrString(it), ISER: true, Started: e.opt.Now()}); err != nil {
-		return err
-	}
-	if e.fault("after-journal") {
-		return ErrCrashed
-	}
-	if err := e.opt.FS.SetISER(it.ID, false); err != nil {
-		return err
-	}
-	if e.fault("after-iser-0") {
-		return ErrCrashed
-	}
-	return e.completeISER(it.ID)
-}
-
-func (e *Engine) completeISER(id string) error {
-	p, err := e.opt.FS.Portal(id)
+	p, err := e.opt.FS.Port(s.Key.ID)
 	if errors.Is(err, fs.ErrNotExist) {
-		return e.opt.Journal.Delete(Key{KindLIO, id}) // the admin removed the portal
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, fmt.Errorf("%s: re-read: %w", s.Key, err)
 	}
-	if !p.ISER {
-		if err := e.opt.FS.SetISER(id, true); err != nil {
-			return err
-		}
-		if e.fault("after-iser-1") {
-			return ErrCrashed
-		}
+	if !slices.Equal(p.Links, s.LinksAre) {
+		return false, fmt.Errorf("%s: its links changed since the plan; planning again", s.Key)
 	}
-	return e.opt.Journal.Delete(Key{KindLIO, id})
-}
-
-func addrString(it *Item) string {
-	return netipAddrPort(it).String()
+	return true, nil
 }
 
 // Run reconciles until ctx is done: at start, on every Poke, every
@@ -638,7 +605,7 @@ func (e *Engine) Run(ctx context.Context, heartbeat func()) error {
 		e.mu.Unlock()
 		retry.Stop()
 		if !next.IsZero() {
-			retry.Reset(max(time.Until(next), time.Millisecond))
+			retry.Reset(max(next.Sub(e.opt.Now()), time.Millisecond))
 		}
 	}
 }

@@ -483,7 +483,7 @@ func TestPlanTable(t *testing.T) {
 		{"outside subnet", port("1", "rdma", "192.0.2.1", nqnA), func(c *rebind.Config) { c.Watch = []netipPrefix{mustPrefix("198.51.100.0/24")} }, rebind.ActNone, "outside the watched subnets"},
 		{"inside subnet", port("1", "rdma", "192.0.2.1", nqnA), func(c *rebind.Config) { c.Watch = []netipPrefix{mustPrefix("192.0.2.0/24")} }, rebind.ActRebindPort, "listener dead"},
 		{"no links", port("1", "rdma", "192.0.2.1"), nil, rebind.ActNone, "not enabled"},
-		{"address without rdma", port("1", "rdma", "198.51.100.1", nqnA), nil, rebind.ActNone, "waiting for an RDMA device on eth9"},
+		{"address without rdma", port("1", "rdma", "198.51.100.1", nqnA), nil, rebind.ActNone, "waiting for an RDMA device to carry 198.51.100.1 on eth9"},
 		{"address missing", port("1", "rdma", "203.0.113.1", nqnA), nil, rebind.ActNone, "waiting for 203.0.113.1"},
 		{"garbage traddr", port("1", "rdma", "not-an-ip", nqnA), nil, rebind.ActNone, "not touched"},
 	}
@@ -494,7 +494,7 @@ func TestPlanTable(t *testing.T) {
 				tt.cfg(&cfg)
 			}
 			obs := rebind.Observed{Ports: []configfs.Port{tt.port}, Devices: devs, Addrs: addrs, Now: now, Subsystems: map[string]bool{nqnA: true}}
-			items := rebind.Plan(obs, rebind.Memory{}, cfg)
+			items := rebind.Plan(obs, rebind.NewMemory(), cfg).Items
 			if len(items) != 1 {
 				t.Fatalf("items: %+v", items)
 			}

@@ -1,8 +1,13 @@
 // Package rebind is the engine of nvmet-rebind: it observes configfs and the
-// kernel's RDMA state, plans with a pure function which nvmet ports and LIO
-// iSER portals need their listener re-created, applies that plan through
-// configfs with an intent journal, verifies the result in the kernel's cm_id
-// table, and retries with backoff.
+// kernel's RDMA state, plans with a pure function which kernel listeners
+// (endpoints) need to be re-created and by which configfs writes, applies
+// those steps with an intent journal, verifies the result in the kernel's
+// cm_id table, and retries with backoff.
+//
+// What dies on a device reset is a kernel listener, an endpoint: (owner,
+// address, port). Behind it are the configfs objects that hold it: one nvmet
+// port, or every LIO TPG portal (of every target) with that address:port and
+// iser=1, which share one kernel iSER listener. The engine heals endpoints.
 //
 // Desired state is configfs as the admin left it (rescanned every time)
 // plus the intent journal. The kernel never removes links or clears iser on
@@ -38,7 +43,7 @@ func (k Kind) owner() string {
 	return "nvmet_rdma"
 }
 
-// Key identifies a listener: an nvmet port id or a LIO portal id.
+// Key identifies a configfs object: an nvmet port id or a LIO portal id.
 type Key struct {
 	Kind Kind
 	ID   string
@@ -51,27 +56,76 @@ func (k Key) String() string {
 	return "lio portal " + k.ID
 }
 
-// Action is what a plan item asks Apply to do.
+func compareKeys(a, b Key) int {
+	if c := strings.Compare(string(a.Kind), string(b.Kind)); c != 0 {
+		return c
+	}
+	if a.Kind == KindNvmet {
+		return configfs.ComparePortIDs(a.ID, b.ID)
+	}
+	return strings.Compare(a.ID, b.ID)
+}
+
+// Endpoint is one kernel listener: what rdma_cm binds, what a device
+// removal destroys and what must be re-created.
+type Endpoint struct {
+	Kind Kind
+	Addr netip.AddrPort
+}
+
+// Owner is the kernel module that owns the listener (RES_KERN_NAME).
+func (e Endpoint) Owner() string { return e.Kind.owner() }
+
+func (e Endpoint) String() string { return e.Owner() + " " + e.Addr.String() }
+
+// compareEndpoints orders nvmet endpoints before LIO ones (configfs order
+// of the objects), then by address.
+func compareEndpoints(a, b Endpoint) int {
+	if a.Kind != b.Kind {
+		if a.Kind == KindNvmet {
+			return -1
+		}
+		return 1
+	}
+	return a.Addr.Compare(b.Addr)
+}
+
+// State is what the kernel says of an endpoint's listener.
+type State int
+
+// States.
+const (
+	StateNone      State = iota // nothing is expected to listen
+	StateListening              // LISTEN on the RDMA device that carries the address
+	StateDead                   // no LISTEN entry
+	StateStranded               // LISTEN on a device that no longer carries the address
+	StateUnknown                // the cm_id table could not be read
+)
+
+func (s State) String() string {
+	return [...]string{"", "listening", "dead", "stranded", "unknown"}[s]
+}
+
+// Action names what a heal does, for logs, status and metrics.
 type Action int
 
 // Actions.
 const (
 	ActNone Action = iota
 	// ActRebindPort: journal the links, unlink every subsystem, relink
-	// them in order (the port's listener is dead).
+	// them in order (the port's listener is dead or stranded).
 	ActRebindPort
-	// ActCompletePort: relink the journaled links that are missing (a
-	// refused relink, or a crash mid-rebind).
+	// ActCompletePort: link what the journal says is missing (a refused
+	// relink, or a crash mid-rebind).
 	ActCompletePort
-	// ActToggleISER: journal, write iser 0 then 1 (the portal is dead).
+	// ActToggleISER: journal every sharer, iser 0 on each, then 1 on each.
 	ActToggleISER
-	// ActCompleteISER: write iser 1 (journaled, reads 0).
+	// ActCompleteISER: iser 1 on journaled sharers that read 0.
 	ActCompleteISER
-	// ActDropJournal: the journal entry has nothing left to do (the port
-	// or its subsystems were removed by the admin, or all links are back).
+	// ActDropJournal: the journal entries have nothing left to do.
 	ActDropJournal
-	// ActCompleteBoot: link the subsystems a saved config declares for
-	// this port that the boot-time restore could not link.
+	// ActCompleteBoot: link subsystems (or set iser) that a saved config
+	// declares and the boot-time restore could not.
 	ActCompleteBoot
 )
 
@@ -98,91 +152,164 @@ type Observed struct {
 	// BootUntil ends the window in which it is completed.
 	Declared  []Declared
 	BootUntil time.Time
-	Now       time.Time
+	// EventAt is the last device or address event: the GID table fills a
+	// moment after such an event, so a missing carrier is looked at again
+	// shortly after it (recheck).
+	EventAt time.Time
+	Now     time.Time
 }
 
 // Memory is what the engine remembers between reconciles.
 type Memory struct {
-	DeadSince map[Key]time.Time // first reconcile that saw the listener dead
-	NextTry   map[Key]time.Time // backoff: no attempt before this
-	Pins      map[Key]uint64    // node GUID the listener was last alive on
+	DeadSince map[Endpoint]time.Time     // first reconcile that saw the endpoint dead or stranded
+	NextTry   map[Endpoint]time.Time     // backoff: no attempt before this
+	Backoff   map[Endpoint]time.Duration // the last backoff step
 	// AliveOn is the RDMA device index (+1) the listener was last seen
 	// alive on. Indices are never reused: while that same device is still
 	// registered, a vanished listener means the device is being removed
 	// right now, and a rebind would race the removal.
-	AliveOn map[Key]uint32
+	AliveOn map[Endpoint]uint32
+	Pins    map[Key]uint64 // node GUID the object's listener was last alive on
+	// Forced endpoints were asked for by `nvmet-rebind rebind`: give-up,
+	// graces and backoff do not hold them back, once.
+	Forced map[Endpoint]bool
 }
 
-// removalGrace bounds the wait for a device whose listener vanished to
-// finish unregistering.
-const removalGrace = 5 * time.Second
+// NewMemory returns an empty memory.
+func NewMemory() Memory {
+	return Memory{DeadSince: map[Endpoint]time.Time{}, NextTry: map[Endpoint]time.Time{}, Backoff: map[Endpoint]time.Duration{},
+		AliveOn: map[Endpoint]uint32{}, Pins: map[Key]uint64{}, Forced: map[Endpoint]bool{}}
+}
 
-// Item is the plan for one listener, and its status.
+// Grace periods and rechecks.
+const (
+	// removalGrace bounds the wait for a device whose listener vanished
+	// to finish unregistering.
+	removalGrace = 5 * time.Second
+	// strandedGrace is how long the kernel's own repair (nvmet-rdma's
+	// repair_work on ADDR_CHANGE: at once, then every 5 s) gets before a
+	// stranded listener is rebound.
+	strandedGrace = 5 * time.Second
+)
+
+// recheckAfter are the delays after a device or address event at which an
+// endpoint that waits for its address to appear in a GID table is looked at
+// again: the table fills a moment after the device or address appears, and
+// no event says when.
+var recheckAfter = []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond,
+	400 * time.Millisecond, 800 * time.Millisecond, 1600 * time.Millisecond, 3200 * time.Millisecond}
+
+// Item is the status of one configfs object (nvmet port or LIO portal).
 type Item struct {
 	Key
-	Address   netip.Addr
-	Service   uint16
-	Managed   bool
-	Reason    string
-	Listening *bool // nil: unknown
-	Device    string
-	GUID      uint64
-	Netdev    string
-	Action    Action
-	Expected  bool            // a listener should exist: links, iser=1 or a journal entry
-	Links     []configfs.Link // ActRebindPort: all links; ActCompletePort: the journal's
-	DeadSince time.Time
-	RetryAt   time.Time // a pending retry (backoff)
-	eligible  bool      // RDMA, specific address, watched: may be written
-	devIndex  uint32    // RDMA device index of the live listener
+	Endpoint Endpoint // zero when the object has no usable address
+	Address  netip.Addr
+	Service  uint16
+	Managed  bool
+	Reason   string
+	State    State
+	// Listening: the endpoint listens where its address is carried; nil
+	// when unknown or when the object has no listener to judge.
+	Listening   *bool
+	Device      string // RDMA device of the LISTEN entry, else the carrier
+	GUID        uint64 // node GUID of the carrier (or of Device)
+	Netdev      string // netdev holding the address
+	Carrier     string // RDMA device rdma_cm would bind the address to now
+	CarrierPort uint32
+	Sharers     int    // configfs objects holding the endpoint
+	Action      Action // the action of the endpoint's heal this round
+	Expected    bool   // a listener should exist: links, iser=1, journal
+	DeadSince   time.Time
+	RetryAt     time.Time
+}
+
+// Op is one kind of step.
+type Op int
+
+// Steps a heal is made of.
+const (
+	OpJournalPut    Op = iota // write Step.Intent to the journal (fsync'd)
+	OpUnlink                  // remove port Key's link Step.Link
+	OpLink                    // link Step.Link into port Key
+	OpSetISER                 // write Step.On to portal Key's iser
+	OpJournalDelete           // forget Key's journal entry
+)
+
+// Step is one write of a heal, with its precondition. Apply checks the
+// precondition right before the write (configfs may have changed since the
+// plan): when it does not hold, the step and every later step of the same
+// object (but its journal delete) are skipped, or, for Abort, the heal
+// stops there.
+type Step struct {
+	Op     Op
+	Key    Key
+	Link   configfs.Link // OpUnlink, OpLink
+	On     bool          // OpSetISER
+	Intent Intent        // OpJournalPut
+	// LinksAre (journal put of a port): the port's links must be exactly
+	// these, or the heal stops before its first write — the admin changed
+	// the port since the plan, and the next round plans again.
+	LinksAre []configfs.Link
+}
+
+// Precondition renders what Apply checks before the step.
+func (s Step) Precondition() string {
+	switch s.Op {
+	case OpJournalPut:
+		if s.Key.Kind == KindNvmet {
+			return fmt.Sprintf("the port's links are still the %d planned, else stop", len(s.LinksAre))
+		}
+		return "the portal exists and iser reads 1"
+	case OpUnlink:
+		return "the link exists"
+	case OpLink:
+		return "the port and subsystem exist and the link does not"
+	case OpSetISER:
+		if s.On {
+			return "the portal exists and iser reads 0"
+		}
+		return "the portal exists and iser reads 1"
+	}
+	return ""
+}
+
+// Heal is the plan for one endpoint: the ordered steps Apply executes.
+type Heal struct {
+	Endpoint Endpoint
+	Action   Action
+	Reason   string
+	Keys     []Key // the objects written
+	Steps    []Step
+}
+
+// EndpointState is what Plan concluded about one endpoint, for Learn.
+type EndpointState struct {
+	Endpoint
+	Keys     []Key
+	State    State
+	Expected bool
+	DevIndex uint32 // RDMA device of the LISTEN entry (StateListening)
+	GUID     uint64 // node GUID of that device
+	// Stranded on a device; StrandedSince is kept in DeadSince.
+}
+
+// Planned is the result of Plan.
+type Planned struct {
+	Items     []Item          // one per configfs object (status)
+	Heals     []Heal          // what Apply executes, in order
+	Endpoints []EndpointState // what Learn remembers
 }
 
 func ptr[T any](v T) *T { return &v }
 
-// Plan decides, for every nvmet port and LIO portal, whether it is managed
-// and what to do. It is pure: same input, same output, no I/O.
-func Plan(obs Observed, mem Memory, cfg Config) []Item {
-	net := netIndex(obs)
-	var items []Item
-	seen := map[Key]bool{}
-	for _, p := range obs.Ports {
-		it := planPort(p, obs, mem, cfg, net)
-		seen[it.Key] = true
-		items = append(items, it)
-	}
-	for _, p := range obs.Portals {
-		it := planPortal(p, obs, mem, cfg, net)
-		seen[it.Key] = true
-		items = append(items, it)
-	}
-	items = completeBoot(items, obs, mem, cfg, net)
-	// Journal entries whose object is gone: the admin removed it.
-	keys := make([]Key, 0, len(obs.Journal))
-	for k := range obs.Journal {
-		if !seen[k] && !(k.Kind == KindLIO && obs.PortalsErr != nil) {
-			keys = append(keys, k)
-		}
-	}
-	slices.SortFunc(keys, func(a, b Key) int {
-		if a.Kind != b.Kind {
-			return strings.Compare(string(a.Kind), string(b.Kind))
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
-	for _, k := range keys {
-		items = append(items, Item{Key: k, Reason: "removed by the admin during the outage; forgetting the journal entry", Action: ActDropJournal})
-	}
-	return items
-}
-
-// netView answers: which netdev holds an address, and which RDMA device
-// sits on a netdev.
+// netView answers: which netdev holds an address, which RDMA port carries
+// it, and which listeners the kernel has.
 type netView struct {
-	addrNetdev map[netip.Addr]kernel.Addr
-	devByIf    map[int]kernel.Device
-	devByName  map[string]kernel.Device
-	bound      map[lkey]kernel.CMID // address-bound LISTEN entries
-	wild       map[lkey]bool        // wildcard children (no port)
+	addrs    map[netip.Addr]kernel.Addr
+	carriers kernel.Carriers
+	devByIdx map[uint32]kernel.Device
+	bound    map[lkey][]kernel.CMID // address-bound LISTEN entries
+	wild     map[lkey]bool          // wildcard children (no port)
 }
 
 // lkey indexes listeners by kernel owner and source address.
@@ -192,8 +319,8 @@ type lkey struct {
 }
 
 func netIndex(obs Observed) netView {
-	v := netView{addrNetdev: map[netip.Addr]kernel.Addr{}, devByIf: map[int]kernel.Device{}, devByName: map[string]kernel.Device{},
-		bound: map[lkey]kernel.CMID{}, wild: map[lkey]bool{}}
+	v := netView{addrs: map[netip.Addr]kernel.Addr{}, carriers: kernel.IndexCarriers(obs.Devices), devByIdx: map[uint32]kernel.Device{},
+		bound: map[lkey][]kernel.CMID{}, wild: map[lkey]bool{}}
 	for _, c := range obs.Listeners {
 		if !c.Listening() {
 			continue
@@ -201,61 +328,47 @@ func netIndex(obs Observed) netView {
 		k := lkey{c.KernName, unzoned(c.Src)}
 		if c.Port == 0 {
 			v.wild[k] = true
-		} else if _, dup := v.bound[k]; !dup {
-			v.bound[k] = c
+		} else {
+			v.bound[k] = append(v.bound[k], c)
 		}
 	}
 	for _, a := range obs.Addrs {
-		v.addrNetdev[a.IP.Unmap()] = a
+		if _, dup := v.addrs[a.IP.Unmap()]; !dup {
+			v.addrs[a.IP.Unmap()] = a
+		}
 	}
 	for _, d := range obs.Devices {
-		for _, p := range d.Ports {
-			if p.NetdevIndex != 0 {
-				v.devByIf[int(p.NetdevIndex)] = d
-			}
-			if p.Netdev != "" {
-				v.devByName[p.Netdev] = d
-			}
-		}
+		v.devByIdx[d.Index] = d
 	}
 	return v
 }
 
-// where returns the netdev holding ip and the RDMA device on it.
-func (v netView) where(ip netip.Addr) (netdev string, dev kernel.Device, hasAddr, hasDev bool) {
-	a, ok := v.addrNetdev[ip]
+// carrier is where an address is and which RDMA port would carry it.
+type carrier struct {
+	addr   kernel.Addr
+	has    bool // some netdev holds the address
+	dev    kernel.Device
+	port   uint32
+	how    string // "gid" or "netdev" (fallback without a GID table)
+	hasDev bool
+}
+
+func (v netView) carrierOf(ip netip.Addr) carrier {
+	a, ok := v.addrs[ip]
 	if !ok {
-		return "", kernel.Device{}, false, false
+		return carrier{}
 	}
-	if d, ok := v.devByIf[a.Ifindex]; ok && a.Ifindex != 0 {
-		return a.Netdev, d, true, true
-	}
-	if d, ok := v.devByName[a.Netdev]; ok && a.Netdev != "" {
-		return a.Netdev, d, true, true
-	}
-	return a.Netdev, kernel.Device{}, true, false
+	c := carrier{addr: a, has: true}
+	c.dev, c.port, c.how, c.hasDev = v.carriers.Of(a)
+	return c
 }
 
-// listening looks the address up in the cm_id table: an address-bound
-// LISTEN entry of the kind's kernel owner.
-func listening(obs Observed, net netView, k Kind, ap netip.AddrPort) (*bool, string) {
-	l, c := listenerOf(obs, net, k, ap)
-	return l, c.DevName
-}
-
-// listenerOf returns whether the listener exists and its cm_id: an
-// address-bound LISTEN entry of the kind's kernel owner.
-func listenerOf(obs Observed, net netView, k Kind, ap netip.AddrPort) (*bool, kernel.CMID) {
-	if obs.ListenersErr != nil {
-		return nil, kernel.CMID{}
+// entries returns the LISTEN entries of the endpoint (a specific address).
+func (v netView) entries(e Endpoint) []kernel.CMID {
+	if es := v.bound[lkey{e.Owner(), e.Addr}]; len(es) > 0 {
+		return es
 	}
-	if c, ok := net.bound[lkey{k.owner(), ap}]; ok {
-		return ptr(true), c
-	}
-	if c, ok := net.bound[lkey{"", ap}]; ok {
-		return ptr(true), c
-	}
-	return ptr(false), kernel.CMID{}
+	return v.bound[lkey{"", e.Addr}] // kernels without RES_KERN_NAME
 }
 
 func watched(cfg Config, ip netip.Addr) bool {
@@ -270,201 +383,615 @@ func watched(cfg Config, ip netip.Addr) bool {
 	return false
 }
 
-// common fills the fields shared by ports and portals and decides whether
-// the listener is managed. It returns false when the item is final.
-func common(it *Item, ap netip.AddrPort, obs Observed, mem Memory, cfg Config, net netView) bool {
-	it.Address, it.Service = ap.Addr(), ap.Port()
-	netdev, dev, _, hasDev := net.where(ap.Addr())
-	it.Netdev = netdev
-	if hasDev {
-		it.Device, it.GUID = dev.Name, dev.NodeGUID
-	}
-	if ap.Addr().IsUnspecified() {
-		it.Reason = "wildcard address: the kernel re-listens on new devices by itself"
-		it.Listening, _ = wildcardListening(obs, net, it.Kind, ap)
-		return false
-	}
-	if !watched(cfg, ap.Addr()) {
-		it.Reason = "outside the watched subnets"
-		it.Listening, it.Device = listening(obs, net, it.Kind, ap)
-		return false
-	}
-	it.Managed, it.eligible = true, true
-	if l, c := listenerOf(obs, net, it.Kind, ap); l != nil && *l {
-		it.Listening, it.Device, it.devIndex = l, c.DevName, c.DevIndex
-	} else {
-		it.Listening = l
-	}
-	it.DeadSince = mem.DeadSince[it.Key]
-	return true
+// holder is one configfs object behind an endpoint.
+type holder struct {
+	item   int // index into Items
+	port   configfs.Port
+	portal configfs.Portal
+	intent *Intent
+	boot   *Declared // declared by a saved config and missing (window open)
 }
 
-func wildcardListening(obs Observed, net netView, k Kind, ap netip.AddrPort) (*bool, string) {
-	if obs.ListenersErr != nil {
-		return nil, ""
-	}
-	if len(obs.Devices) == 0 {
-		return ptr(false), ""
-	}
-	if net.wild[lkey{k.owner(), ap}] || net.wild[lkey{"", ap}] {
-		return ptr(true), ""
-	}
-	return ptr(false), ""
+// group is an endpoint with its holders, in configfs order.
+type group struct {
+	ep      Endpoint
+	holders []holder
 }
 
-// gate applies the conditions shared by every write: the address is on a
-// netdev with an RDMA device, the give-up timer, pinning and backoff. It
-// returns false (with Reason set) when no write may happen now.
-func gate(it *Item, obs Observed, mem Memory, cfg Config, net netView) bool {
-	netdev, dev, hasAddr, hasDev := net.where(it.Address)
-	switch {
-	case obs.AddrsErr != nil:
-		it.Reason += fmt.Sprintf("; waiting: addresses unknown (%v)", obs.AddrsErr)
-		return false
-	case !hasAddr:
-		it.Reason += fmt.Sprintf("; waiting for %s to appear on a netdev", it.Address)
-		return false
-	case !hasDev:
-		it.Reason += fmt.Sprintf("; waiting for an RDMA device on %s", netdev)
-		return false
+// Plan decides, for every endpoint, whether and how to heal it, and the
+// status of every configfs object. It is pure: same input, same output.
+func Plan(obs Observed, mem Memory, cfg Config) Planned {
+	v := netIndex(obs)
+	var p Planned
+	groups := map[Endpoint]*group{}
+	var order []Endpoint
+	join := func(h holder, ep Endpoint) {
+		g := groups[ep]
+		if g == nil {
+			g = &group{ep: ep}
+			groups[ep] = g
+			order = append(order, ep)
+		}
+		g.holders = append(g.holders, h)
 	}
-	since, ok := mem.DeadSince[it.Key]
-	if !ok {
-		since = obs.Now
-	}
-	if cfg.GiveUpAfter > 0 && obs.Now.Sub(since) >= cfg.GiveUpAfter {
-		it.Reason += fmt.Sprintf("; gave up: dead for more than give_up_after=%v (run `nvmet-rebind rebind %s` or reload to try again)", cfg.GiveUpAfter, it.ID)
-		return false
-	}
-	if idx, ok := mem.AliveOn[it.Key]; ok && idx == dev.Index+1 {
-		if until := since.Add(removalGrace); obs.Now.Before(until) {
-			it.RetryAt = until
-			it.Reason += fmt.Sprintf("; waiting: %s (index %d) that it listened on is still registered, its removal is probably in progress", dev.Name, dev.Index)
-			return false
+	seen := map[Key]bool{}
+	declared := map[Key]*Declared{}
+	if obs.Now.Before(obs.BootUntil) {
+		for i := range obs.Declared {
+			d := &obs.Declared[i]
+			declared[Key{d.Kind, d.ID}] = d
 		}
 	}
-	if pin, ok := mem.Pins[it.Key]; ok && cfg.PinDevice && pin != dev.NodeGUID {
-		it.Reason += fmt.Sprintf("; pinned: was on node GUID %s, %s is now on %s (GUID %s)", fmtGUID(pin), it.Address, dev.Name, fmtGUID(dev.NodeGUID))
+	for _, port := range obs.Ports {
+		it, ok := classifyPort(port, obs, cfg, v)
+		seen[it.Key] = true
+		p.Items = append(p.Items, it)
+		if !ok {
+			continue
+		}
+		h := holder{item: len(p.Items) - 1, port: port}
+		if in, ok := obs.Journal[it.Key]; ok {
+			h.intent = &in
+		}
+		if d := declared[it.Key]; d != nil && d.Addr == it.Endpoint.Addr {
+			h.boot = d
+		}
+		join(h, it.Endpoint)
+	}
+	for _, portal := range obs.Portals {
+		it, ok := classifyPortal(portal, obs, cfg, v)
+		seen[it.Key] = true
+		p.Items = append(p.Items, it)
+		if !ok {
+			continue
+		}
+		h := holder{item: len(p.Items) - 1, portal: portal}
+		if in, ok := obs.Journal[it.Key]; ok {
+			h.intent = &in
+		}
+		if d := declared[it.Key]; d != nil && d.Addr == it.Endpoint.Addr {
+			h.boot = d
+		}
+		join(h, it.Endpoint)
+	}
+	// Saved configs naming objects configfs does not have: reported only.
+	for _, d := range obs.Declared {
+		k := Key{d.Kind, d.ID}
+		if !seen[k] {
+			seen[k] = true
+			p.Items = append(p.Items, Item{Key: k, Address: d.Addr.Addr(), Service: d.Addr.Port(),
+				Reason: fmt.Sprintf("declared in %s but not in configfs: not created", d.Source)})
+		}
+	}
+	slices.SortFunc(order, compareEndpoints)
+	for _, ep := range order {
+		planEndpoint(&p, groups[ep], obs, mem, cfg, v)
+	}
+	// Journal entries whose object is gone: the admin removed it.
+	var gone []Key
+	for k := range obs.Journal {
+		if !seen[k] && !(k.Kind == KindLIO && obs.PortalsErr != nil) {
+			gone = append(gone, k)
+		}
+	}
+	slices.SortFunc(gone, compareKeys)
+	for _, k := range gone {
+		p.Heals = append(p.Heals, Heal{Action: ActDropJournal, Keys: []Key{k},
+			Reason: k.String() + " was removed by the admin during the outage; forgetting its journal entry",
+			Steps:  []Step{{Op: OpJournalDelete, Key: k}}})
+	}
+	return p
+}
+
+// classifyPort fills what the port alone tells; ok says it is eligible: an
+// RDMA port with a specific, watched address whose endpoint may be healed.
+func classifyPort(port configfs.Port, obs Observed, cfg Config, v netView) (Item, bool) {
+	it := Item{Key: Key{KindNvmet, port.ID}}
+	switch {
+	case port.Err != nil:
+		it.Reason = "not touched: " + port.Err.Error()
+		return it, false
+	case port.Trtype != "rdma":
+		it.Reason = fmt.Sprintf("transport %q is not rdma", port.Trtype)
+		if ap, err := port.Addr(); err == nil {
+			it.Address, it.Service = ap.Addr(), ap.Port()
+		}
+		return it, false
+	case port.Adrfam != "ipv4" && port.Adrfam != "ipv6":
+		it.Reason = fmt.Sprintf("address family %q is not ipv4 or ipv6", port.Adrfam)
+		return it, false
+	}
+	ap, err := port.Addr()
+	if err != nil {
+		it.Reason = "not touched: " + err.Error()
+		return it, false
+	}
+	return it, located(&it, ap, obs, cfg, v)
+}
+
+func classifyPortal(portal configfs.Portal, obs Observed, cfg Config, v netView) (Item, bool) {
+	it := Item{Key: Key{KindLIO, portal.ID()}}
+	if portal.Err != nil {
+		it.Reason = "not touched: " + portal.Err.Error()
+		return it, false
+	}
+	return it, located(&it, portal.Addr, obs, cfg, v)
+}
+
+// located fills the address facts shared by ports and portals, and returns
+// whether the object's endpoint is managed (specific and watched).
+func located(it *Item, ap netip.AddrPort, obs Observed, cfg Config, v netView) bool {
+	it.Address, it.Service = ap.Addr(), ap.Port()
+	it.Endpoint = Endpoint{it.Kind, ap}
+	c := v.carrierOf(ap.Addr())
+	it.Netdev = c.addr.Netdev
+	if c.hasDev {
+		it.Carrier, it.CarrierPort, it.Device, it.GUID = c.dev.Name, c.port, c.dev.Name, c.dev.NodeGUID
+	}
+	switch {
+	case ap.Addr().IsUnspecified():
+		it.Reason = "wildcard address: the kernel re-listens on new devices by itself"
+		it.Listening = wildcardListening(obs, v, it.Endpoint)
+		return false
+	case !watched(cfg, ap.Addr()):
+		it.Reason = "outside the watched subnets"
+		if obs.ListenersErr == nil {
+			es := v.entries(it.Endpoint)
+			it.Listening = ptr(len(es) > 0)
+			if len(es) > 0 {
+				it.Device = es[0].DevName
+			}
+		}
 		return false
 	}
-	if t, ok := mem.NextTry[it.Key]; ok && obs.Now.Before(t) {
-		it.RetryAt = t
-		it.Reason += fmt.Sprintf("; retry in %v", t.Sub(obs.Now).Round(time.Millisecond))
-		return false
-	}
+	it.Managed = true
 	return true
+}
+
+func wildcardListening(obs Observed, v netView, e Endpoint) *bool {
+	if obs.ListenersErr != nil {
+		return nil
+	}
+	return ptr(len(obs.Devices) > 0 && (v.wild[lkey{e.Owner(), e.Addr}] || v.wild[lkey{"", e.Addr}]))
+}
+
+// judge says whether the endpoint's listener is alive where its address is
+// carried now. A LISTEN entry on another device is stranded: hosts that
+// reach the address through the carrier are rejected. Without a carrier
+// decided from a GID table (address absent, no device carries it, GID table
+// unreadable) an entry is taken as alive: nothing better can be bound.
+func judge(ep Endpoint, obs Observed, v netView, c carrier) (State, kernel.CMID) {
+	if obs.ListenersErr != nil {
+		return StateUnknown, kernel.CMID{}
+	}
+	es := v.entries(ep)
+	if len(es) == 0 {
+		return StateDead, kernel.CMID{}
+	}
+	if !c.hasDev || c.how != "gid" {
+		return StateListening, es[0]
+	}
+	for _, e := range es {
+		if e.DevIndex == c.dev.Index && (e.Port == 0 || e.Port == c.port) {
+			return StateListening, e
+		}
+	}
+	return StateStranded, es[0]
+}
+
+// planEndpoint decides one endpoint: its state, the status of its holders,
+// and its heal.
+func planEndpoint(p *Planned, g *group, obs Observed, mem Memory, cfg Config, v netView) {
+	ep := g.ep
+	c := v.carrierOf(ep.Addr.Addr())
+	st, entry := judge(ep, obs, v, c)
+	var h Heal
+	var expected bool
+	if ep.Kind == KindNvmet {
+		expected, h = planPorts(g, st, obs)
+	} else {
+		expected, h = planPortals(g, st, obs)
+	}
+	h.Endpoint = ep
+	es := EndpointState{Endpoint: ep, State: st, Expected: expected}
+	if !expected && st != StateListening {
+		es.State = StateNone
+	}
+	if st == StateListening || st == StateStranded {
+		es.DevIndex = entry.DevIndex
+		es.GUID = v.devByIdx[entry.DevIndex].NodeGUID
+	}
+	sharers := 0
+	for _, hd := range g.holders {
+		if sharing(hd) {
+			es.Keys = append(es.Keys, p.Items[hd.item].Key)
+			sharers++
+		}
+	}
+
+	// Why, and whether the heal may run now.
+	reason := ""
+	retryAt := time.Time{}
+	switch es.State {
+	case StateNone:
+		if ep.Kind == KindNvmet {
+			reason = "not enabled: no subsystem linked"
+		} else {
+			reason = "iser is 0: no iSER listener configured"
+		}
+	case StateUnknown:
+		reason = "listener state unknown: " + obs.ListenersErr.Error()
+	case StateListening:
+		reason = "listening"
+	case StateDead:
+		reason = "listener dead"
+		if ep.Kind == KindLIO {
+			reason = "listener dead (iser reads 1)"
+		}
+	case StateStranded:
+		reason = fmt.Sprintf("stranded: listening on %s, but %s is carried by %s port %d now; hosts cannot connect", entry.DevName, ep.Addr.Addr(), c.dev.Name, c.port)
+	}
+	if h.Action != ActNone && h.Action != ActDropJournal {
+		if h.Reason != "" {
+			reason = h.Reason + "; " + reason
+		}
+		why, at, ok := gate(ep, g, st, entry, obs, mem, cfg, c, p.Items)
+		if !ok {
+			reason += "; " + why
+			retryAt = at
+			h = Heal{}
+		}
+	}
+	if h.Action != ActNone {
+		if h.Reason == "" {
+			h.Reason = reason
+		}
+		p.Heals = append(p.Heals, h)
+	}
+	p.Endpoints = append(p.Endpoints, es)
+	for _, hd := range g.holders {
+		it := &p.Items[hd.item]
+		it.State, it.Sharers, it.Action, it.RetryAt = es.State, sharers, h.Action, retryAt
+		it.Reason = reason
+		it.Expected = expected
+		if sharers > 1 && ep.Kind == KindLIO {
+			it.Reason += fmt.Sprintf(" (iSER listener shared by %d portals)", sharers)
+		}
+		if hd.port.ID != "" && st == StateNone && len(hd.port.Links) == 0 && !hd.port.LinksSkipped {
+			it.Expected = false
+		}
+		if hd.boot != nil && hd.boot.Kind == KindNvmet {
+			var absent []string
+			for _, n := range hd.boot.NQNs {
+				if !obs.Subsystems[n] {
+					absent = append(absent, n)
+				}
+			}
+			if len(absent) > 0 {
+				it.Reason += fmt.Sprintf("; subsystem(s) %s declared in %s do not exist: not created", strings.Join(absent, ", "), hd.boot.Source)
+			}
+		}
+		if !sharing(hd) {
+			// A plain iSCSI/TCP portal on the address: no iSER listener of its own.
+			it.Managed, it.Expected = false, false
+			it.Reason = "iser is 0: no iSER listener configured"
+			if st == StateListening {
+				it.Reason += " (the address's iSER listener belongs to other portals)"
+			}
+			it.State = StateNone
+			continue
+		}
+		switch es.State {
+		case StateListening:
+			it.Listening = ptr(true)
+			if entry.DevName != "" {
+				it.Device = entry.DevName
+			}
+		case StateDead, StateStranded:
+			it.Listening = ptr(false)
+			it.DeadSince = mem.DeadSince[ep]
+			if es.State == StateStranded {
+				it.Device = entry.DevName
+			}
+		case StateNone:
+			if obs.ListenersErr == nil {
+				it.Listening = ptr(false)
+			}
+		}
+	}
+}
+
+// sharing says whether a holder holds the endpoint's listener: every nvmet
+// port, and a LIO portal with iser=1 (or at 0 by a journaled heal, or
+// declared by a saved config). A plain iSCSI/TCP portal on the same
+// address:port does not.
+func sharing(hd holder) bool {
+	return hd.port.ID != "" || hd.portal.ISER || hd.intent != nil || hd.boot != nil
+}
+
+// planPorts plans an nvmet endpoint (normally one port). It returns whether
+// a listener is expected and the heal (Action none when nothing is due).
+func planPorts(g *group, st State, obs Observed) (bool, Heal) {
+	var h Heal
+	expected := false
+	var journalPuts, unlinks, links, deletes []Step
+	boot := false
+	for _, hd := range g.holders {
+		port := hd.port
+		k := Key{KindNvmet, port.ID}
+		present := port.Links
+		if port.LinksSkipped {
+			expected = true
+			continue // alive when read: nothing to plan
+		}
+		if hd.intent != nil && hd.intent.Address != g.ep.Addr.String() {
+			// The admin re-created the port with another address meanwhile.
+			h.Reason = fmt.Sprintf("journal is for %s, the port now has %s: the admin changed it", hd.intent.Address, g.ep.Addr)
+			deletes = append(deletes, Step{Op: OpJournalDelete, Key: k})
+			hd.intent = nil
+		}
+		// want: the journal's links first (in their order), then links
+		// present that it lacks, then those a saved config declares.
+		var want []configfs.Link
+		if hd.intent != nil {
+			for _, l := range hd.intent.Links {
+				if obs.Subsystems[l.NQN] || slices.Contains(present, l) {
+					want = append(want, l)
+				}
+			}
+		}
+		for _, l := range present {
+			if !slices.Contains(want, l) {
+				want = append(want, l)
+			}
+		}
+		var declaredMissing []configfs.Link
+		if hd.boot != nil {
+			for _, n := range hd.boot.NQNs {
+				l := configfs.Link{Name: n, NQN: n}
+				if obs.Subsystems[n] && !slices.ContainsFunc(want, func(w configfs.Link) bool { return w.NQN == n }) {
+					declaredMissing = append(declaredMissing, l)
+				}
+			}
+		}
+		missing := func(ls []configfs.Link) []configfs.Link {
+			var m []configfs.Link
+			for _, l := range ls {
+				if !slices.Contains(present, l) {
+					m = append(m, l)
+				}
+			}
+			return m
+		}
+		if len(want) > 0 || len(declaredMissing) > 0 {
+			expected = true
+		}
+		switch st {
+		case StateDead, StateStranded:
+			all := append(slices.Clone(want), declaredMissing...)
+			if len(all) == 0 {
+				break
+			}
+			if len(present) > 0 {
+				in := Intent{Kind: KindNvmet, ID: port.ID, Address: g.ep.Addr.String(), Links: all, Started: obs.Now}
+				journalPuts = append(journalPuts, Step{Op: OpJournalPut, Key: k, Intent: in, LinksAre: slices.Clone(present)})
+				for _, l := range present {
+					unlinks = append(unlinks, Step{Op: OpUnlink, Key: k, Link: l})
+				}
+				for _, l := range all {
+					links = append(links, Step{Op: OpLink, Key: k, Link: l})
+				}
+			} else {
+				for _, l := range all {
+					links = append(links, Step{Op: OpLink, Key: k, Link: l})
+				}
+			}
+			if len(present) > 0 || hd.intent != nil {
+				deletes = append(deletes, Step{Op: OpJournalDelete, Key: k})
+			}
+			switch {
+			case len(present) > 0 && hd.intent == nil:
+				h.Action = ActRebindPort
+			case hd.intent != nil:
+				h.Action = max(h.Action, ActCompletePort)
+				h.Reason = fmt.Sprintf("%d subsystem link(s) to restore from the journal", len(missing(want)))
+			default:
+				boot = true
+			}
+		case StateListening, StateUnknown:
+			// Alive (or unknown: never unlink then): link what the journal
+			// or a saved config says is missing, forget a done journal.
+			for _, l := range append(missing(want), declaredMissing...) {
+				links = append(links, Step{Op: OpLink, Key: k, Link: l})
+			}
+			if hd.intent != nil {
+				deletes = append(deletes, Step{Op: OpJournalDelete, Key: k})
+				if m := missing(want); len(m) > 0 {
+					h.Action = max(h.Action, ActCompletePort)
+					h.Reason = fmt.Sprintf("%d subsystem link(s) to restore from the journal", len(m))
+				} else if h.Action == ActNone {
+					h.Action, h.Reason = ActDropJournal, "every journaled link is back"
+				}
+			} else if len(declaredMissing) > 0 {
+				boot = true
+			}
+		}
+		if len(declaredMissing) > 0 && boot {
+			h.Reason = fmt.Sprintf("%d link(s) declared in %s missing (refused at boot?)", len(declaredMissing), hd.boot.Source)
+		}
+	}
+	if boot && h.Action == ActNone {
+		h.Action = ActCompleteBoot
+	}
+	if h.Action == ActNone && len(deletes) > 0 {
+		h.Action = ActDropJournal
+	}
+	h.Steps = slices.Concat(journalPuts, unlinks, links, deletes)
+	for _, s := range h.Steps {
+		if !slices.Contains(h.Keys, s.Key) {
+			h.Keys = append(h.Keys, s.Key)
+		}
+	}
+	if len(h.Steps) == 0 {
+		h.Action = ActNone
+	}
+	return expected, h
+}
+
+// planPortals plans a LIO iSER endpoint: every portal with the address:port.
+// The kernel keeps one iSER listener per address:port for all of them, so a
+// dead one is re-created only when every sharer goes to 0 before any goes
+// back to 1 (KERNEL.md).
+func planPortals(g *group, st State, obs Observed) (bool, Heal) {
+	var h Heal
+	var on, off, boot, journaled []holder // iser=1; journaled at 0; declared at 0
+	for _, hd := range g.holders {
+		switch {
+		case hd.portal.ISER:
+			on = append(on, hd)
+		case hd.intent != nil:
+			off = append(off, hd)
+		case hd.boot != nil:
+			boot = append(boot, hd)
+		}
+		if hd.intent != nil {
+			journaled = append(journaled, hd)
+		}
+	}
+	expected := len(on)+len(off)+len(boot) > 0
+	key := func(hd holder) Key { return Key{KindLIO, hd.portal.ID()} }
+	var steps []Step
+	switch st {
+	case StateDead, StateStranded:
+		if !expected {
+			break
+		}
+		for _, hd := range on {
+			if hd.intent == nil {
+				in := Intent{Kind: KindLIO, ID: hd.portal.ID(), Address: g.ep.Addr.String(), ISER: true, Started: obs.Now}
+				steps = append(steps, Step{Op: OpJournalPut, Key: key(hd), Intent: in})
+			}
+		}
+		for _, hd := range on {
+			steps = append(steps, Step{Op: OpSetISER, Key: key(hd), On: false})
+		}
+		for _, hd := range g.holders { // configfs order
+			if hd.portal.ISER || hd.intent != nil || hd.boot != nil {
+				steps = append(steps, Step{Op: OpSetISER, Key: key(hd), On: true})
+			}
+		}
+		for _, hd := range g.holders {
+			if hd.portal.ISER || hd.intent != nil {
+				steps = append(steps, Step{Op: OpJournalDelete, Key: key(hd)})
+			}
+		}
+		switch {
+		case len(on) > 0:
+			h.Action = ActToggleISER
+			if len(g.holders) > 1 {
+				h.Reason = fmt.Sprintf("%d portals share the iSER listener: all go to 0, then all back to 1", len(on)+len(off)+len(boot))
+			}
+		case len(off) > 0:
+			h.Action, h.Reason = ActCompleteISER, fmt.Sprintf("iser=1 to restore from the journal on %d portal(s)", len(off))
+		default:
+			h.Action, h.Reason = ActCompleteBoot, fmt.Sprintf("iser=1 declared in %s missing (refused at boot?)", boot[0].boot.Source)
+		}
+	case StateListening, StateUnknown:
+		for _, hd := range slices.Concat(off, boot) {
+			steps = append(steps, Step{Op: OpSetISER, Key: key(hd), On: true})
+		}
+		for _, hd := range journaled {
+			steps = append(steps, Step{Op: OpJournalDelete, Key: key(hd)})
+		}
+		switch {
+		case len(off) > 0:
+			h.Action, h.Reason = ActCompleteISER, fmt.Sprintf("iser=1 to restore from the journal on %d portal(s)", len(off))
+		case len(boot) > 0:
+			h.Action, h.Reason = ActCompleteBoot, fmt.Sprintf("iser=1 declared in %s missing (refused at boot?)", boot[0].boot.Source)
+		case len(journaled) > 0:
+			h.Action, h.Reason = ActDropJournal, "iser is back to 1"
+		}
+	}
+	h.Steps = steps
+	for _, s := range steps {
+		if !slices.Contains(h.Keys, s.Key) {
+			h.Keys = append(h.Keys, s.Key)
+		}
+	}
+	return expected, h
+}
+
+// gate applies the conditions shared by every heal: the address is carried
+// by an RDMA device, the give-up timer, the removal and repair graces,
+// pinning and backoff. It returns why not, and when to look again.
+func gate(ep Endpoint, g *group, st State, entry kernel.CMID, obs Observed, mem Memory, cfg Config, c carrier, items []Item) (string, time.Time, bool) {
+	now := obs.Now
+	switch {
+	case obs.AddrsErr != nil:
+		return fmt.Sprintf("waiting: addresses unknown (%v)", obs.AddrsErr), time.Time{}, false
+	case !c.has:
+		return fmt.Sprintf("waiting for %s to appear on a netdev", ep.Addr.Addr()), time.Time{}, false
+	case !c.hasDev:
+		return fmt.Sprintf("waiting for an RDMA device to carry %s on %s (no GID table entry yet)", ep.Addr.Addr(), c.addr.Netdev), recheck(obs), false
+	}
+	if st == StateStranded && cfg.PinDevice {
+		return fmt.Sprintf("pin_device = true: left on %s", entry.DevName), time.Time{}, false
+	}
+	if mem.Forced[ep] {
+		return "", time.Time{}, true
+	}
+	since, ok := mem.DeadSince[ep]
+	if !ok {
+		since = now
+	}
+	if st == StateDead || st == StateStranded {
+		if cfg.GiveUpAfter > 0 && now.Sub(since) >= cfg.GiveUpAfter {
+			return fmt.Sprintf("gave up: dead for more than give_up_after=%v (run `nvmet-rebind rebind %s` or reload to try again)", cfg.GiveUpAfter, items[g.holders[0].item].ID), time.Time{}, false
+		}
+	}
+	if st == StateDead {
+		if idx, ok := mem.AliveOn[ep]; ok && idx == c.dev.Index+1 {
+			if until := since.Add(removalGrace); now.Before(until) {
+				return fmt.Sprintf("waiting: %s (index %d) that it listened on is still registered, its removal is probably in progress", c.dev.Name, c.dev.Index), until, false
+			}
+		}
+	}
+	if st == StateStranded {
+		if until := since.Add(strandedGrace); now.Before(until) {
+			return fmt.Sprintf("waiting until %s for the kernel's own repair", until.Format(time.TimeOnly+".000")), until, false
+		}
+	}
+	if cfg.PinDevice {
+		for _, hd := range g.holders {
+			k := items[hd.item].Key
+			if pin, ok := mem.Pins[k]; ok && pin != c.dev.NodeGUID {
+				return fmt.Sprintf("pinned: was on node GUID %s, %s is now on %s (GUID %s)", fmtGUID(pin), ep.Addr.Addr(), c.dev.Name, fmtGUID(c.dev.NodeGUID)), time.Time{}, false
+			}
+		}
+	}
+	if t, ok := mem.NextTry[ep]; ok && now.Before(t) {
+		return fmt.Sprintf("retry in %v", t.Sub(now).Round(time.Millisecond)), t, false
+	}
+	return "", time.Time{}, true
+}
+
+// recheck returns the next look after the last event, or zero when the
+// short re-checks are over (the periodic resync looks again).
+func recheck(obs Observed) time.Time {
+	if obs.EventAt.IsZero() {
+		return time.Time{}
+	}
+	for _, d := range recheckAfter {
+		if t := obs.EventAt.Add(d); t.After(obs.Now) {
+			return t
+		}
+	}
+	return time.Time{}
 }
 
 func fmtGUID(g uint64) string {
 	s := fmt.Sprintf("%016x", g)
 	return s[0:4] + ":" + s[4:8] + ":" + s[8:12] + ":" + s[12:16]
-}
-
-func planPort(p configfs.Port, obs Observed, mem Memory, cfg Config, net netView) Item {
-	it := Item{Key: Key{KindNvmet, p.ID}}
-	j, journaled := obs.Journal[it.Key]
-	if p.Err != nil {
-		it.Reason = "not touched: " + p.Err.Error()
-		return it
-	}
-	if p.Trtype == "rdma" && p.Adrfam != "ipv4" && p.Adrfam != "ipv6" {
-		it.Reason = fmt.Sprintf("address family %q is not ipv4 or ipv6", p.Adrfam)
-		return it
-	}
-	if p.Trtype != "rdma" {
-		it.Reason = fmt.Sprintf("transport %q is not rdma", p.Trtype)
-		if ap, err := p.Addr(); err == nil {
-			it.Address, it.Service = ap.Addr(), ap.Port()
-		}
-		return it
-	}
-	ap, err := p.Addr()
-	if err != nil {
-		it.Reason = "not touched: " + err.Error()
-		return it
-	}
-	if !common(&it, ap, obs, mem, cfg, net) {
-		return it
-	}
-	if journaled && j.Address != ap.String() {
-		// The admin re-created the port with another address meanwhile.
-		it.Action, it.Reason = ActDropJournal, fmt.Sprintf("journal is for %s, the port now has %s: the admin changed it", j.Address, ap)
-		return it
-	}
-	var missing []configfs.Link
-	if journaled {
-		for _, l := range j.Links {
-			if !slices.Contains(p.Links, l) && obs.Subsystems[l.NQN] {
-				missing = append(missing, l)
-			}
-		}
-		if len(missing) == 0 && (it.Listening == nil || *it.Listening) {
-			it.Action, it.Reason = ActDropJournal, "every journaled link is back"
-			return it
-		}
-	}
-	// Links not read: the port's listener was alive, so it is enabled.
-	it.Expected = len(p.Links) > 0 || len(missing) > 0 || p.LinksSkipped
-	switch {
-	case len(missing) > 0:
-		it.Reason = fmt.Sprintf("%d subsystem link(s) to restore from the journal", len(missing))
-		if it.Listening == nil {
-			it.Listening = ptr(false)
-		}
-		if gate(&it, obs, mem, cfg, net) {
-			it.Action, it.Links = ActCompletePort, j.Links
-		}
-	case !p.LinksSkipped && len(p.Links) == 0:
-		it.Reason = "not enabled: no subsystem linked"
-	case it.Listening == nil:
-		it.Reason = "listener state unknown: " + obs.ListenersErr.Error()
-	case *it.Listening:
-		it.Reason = "listening"
-	default:
-		it.Reason = "listener dead"
-		if gate(&it, obs, mem, cfg, net) {
-			it.Action, it.Links = ActRebindPort, p.Links
-		}
-	}
-	return it
-}
-
-func planPortal(p configfs.Portal, obs Observed, mem Memory, cfg Config, net netView) Item {
-	it := Item{Key: Key{KindLIO, p.ID()}}
-	_, journaled := obs.Journal[it.Key]
-	if p.Err != nil {
-		it.Reason = "not touched: " + p.Err.Error()
-		return it
-	}
-	if !common(&it, p.Addr, obs, mem, cfg, net) {
-		return it
-	}
-	it.Expected = p.ISER || journaled
-	switch {
-	case journaled && p.ISER && (it.Listening == nil || *it.Listening):
-		it.Action, it.Reason = ActDropJournal, "iser is back to 1"
-	case journaled && !p.ISER:
-		it.Reason = "iser=1 to restore from the journal"
-		if it.Listening == nil {
-			it.Listening = ptr(false)
-		}
-		if gate(&it, obs, mem, cfg, net) {
-			it.Action = ActCompleteISER
-		}
-	case !p.ISER:
-		it.Managed = false
-		it.Reason = "iser is 0: no iSER listener configured"
-	case it.Listening == nil:
-		it.Reason = "listener state unknown: " + obs.ListenersErr.Error()
-	case *it.Listening:
-		it.Reason = "listening"
-	default:
-		it.Reason = "listener dead (iser reads 1)"
-		if gate(&it, obs, mem, cfg, net) {
-			it.Action = ActToggleISER
-		}
-	}
-	return it
 }
 
 // ServiceString renders the service as configfs spells it.
@@ -475,114 +1002,118 @@ func (it Item) ServiceString() string {
 	return strconv.Itoa(int(it.Service))
 }
 
-func netipAddrPort(it *Item) netip.AddrPort { return netip.AddrPortFrom(it.Address, it.Service) }
-
-// Writes describes, for `plan`, the configfs writes an item's action makes.
-func Writes(it Item, root string) []string {
-	port := func(l configfs.Link) string { return root + "/nvmet/ports/" + it.ID + "/subsystems/" + l.Name }
-	var w []string
-	switch it.Action {
-	case ActRebindPort, ActCompletePort:
-		w = append(w, "journal "+it.Key.String())
-		if it.Action == ActRebindPort {
-			for _, l := range it.Links {
-				w = append(w, "unlink "+port(l))
-			}
+// Describe renders a step for `plan`: the write, with configfs paths under
+// root, and its precondition.
+func (s Step) Describe(root string) string {
+	port := func() string { return root + "/nvmet/ports/" + s.Key.ID + "/subsystems/" + s.Link.Name }
+	w := ""
+	switch s.Op {
+	case OpJournalPut:
+		w = "journal " + s.Key.String()
+	case OpUnlink:
+		w = "rm " + port()
+	case OpLink:
+		w = "ln -s " + root + "/nvmet/subsystems/" + s.Link.NQN + " " + port()
+	case OpSetISER:
+		iqn, tpg, np, _ := configfs.ParsePortalID(s.Key.ID)
+		v := "0"
+		if s.On {
+			v = "1"
 		}
-		for _, l := range it.Links {
-			w = append(w, "ln -s "+root+"/nvmet/subsystems/"+l.NQN+" "+port(l))
-		}
-	case ActCompleteBoot:
-		for _, l := range it.Links {
-			w = append(w, "ln -s "+root+"/nvmet/subsystems/"+l.NQN+" "+port(l))
-		}
-	case ActToggleISER, ActCompleteISER:
-		iqn, tpg, np, _ := configfs.ParsePortalID(it.ID)
-		f := root + "/target/iscsi/" + iqn + "/" + tpg + "/np/" + np + "/iser"
-		if it.Action == ActToggleISER {
-			w = append(w, "journal "+it.Key.String(), "echo 0 > "+f)
-		}
-		w = append(w, "echo 1 > "+f)
-	case ActDropJournal:
-		w = append(w, "forget the journal entry of "+it.Key.String())
+		w = "echo " + v + " > " + root + "/target/iscsi/" + iqn + "/" + tpg + "/np/" + np + "/iser"
+	case OpJournalDelete:
+		w = "forget the journal entry of " + s.Key.String()
+	}
+	if pre := s.Precondition(); pre != "" {
+		w += "    (if " + pre + ")"
 	}
 	return w
 }
 
-// completeBoot adds, within the boot window, the links and iSER portals
-// that a saved config declares and that configfs lacks. Nothing that does
-// not exist in configfs is created: it is only reported.
-func completeBoot(items []Item, obs Observed, mem Memory, cfg Config, net netView) []Item {
-	idx := map[Key]int{}
-	for i, it := range items {
-		idx[it.Key] = i
-	}
-	linked := map[string]map[string]bool{}
-	for _, p := range obs.Ports {
-		m := map[string]bool{}
-		for _, l := range p.Links {
-			m[l.NQN] = true
-		}
-		linked[p.ID] = m
-	}
-	portalISER := map[string]bool{}
-	for _, p := range obs.Portals {
-		portalISER[p.ID()] = p.ISER
-	}
-	open := obs.Now.Before(obs.BootUntil)
-	for _, d := range obs.Declared {
-		k := Key{d.Kind, d.ID}
-		i, ok := idx[k]
-		if !ok {
-			items = append(items, Item{Key: k, Address: d.Addr.Addr(), Service: d.Addr.Port(),
-				Reason: fmt.Sprintf("declared in %s but not in configfs: not created", d.Source)})
-			idx[k] = len(items) - 1
-			continue
-		}
-		it := &items[i]
-		if !it.eligible || it.Action != ActNone || (it.Address != d.Addr.Addr() || it.Service != d.Addr.Port()) {
-			continue
-		}
-		var missing []configfs.Link
-		var absent []string
-		if d.Kind == KindNvmet {
-			for _, n := range d.NQNs {
-				switch {
-				case linked[d.ID][n]:
-				case !obs.Subsystems[n]:
-					absent = append(absent, n)
-				default:
-					missing = append(missing, configfs.Link{Name: n, NQN: n})
+// Learn is the one place memory changes: from what a plan concluded about
+// every endpoint (dead-since, last device alive on, pins) and from the
+// outcomes of the heals applied this round (backoff). It is pure: mem is
+// not modified; the new memory is returned with whether pins changed.
+func Learn(mem Memory, eps []EndpointState, items []Item, outcomes []Outcome, now time.Time) (Memory, bool) {
+	out := Memory{DeadSince: cloneMap(mem.DeadSince), NextTry: cloneMap(mem.NextTry), Backoff: cloneMap(mem.Backoff),
+		AliveOn: cloneMap(mem.AliveOn), Pins: cloneMap(mem.Pins), Forced: cloneMap(mem.Forced)}
+	pinsChanged := false
+	present := map[Endpoint]bool{}
+	for _, e := range eps {
+		present[e.Endpoint] = true
+		switch e.State {
+		case StateListening:
+			delete(out.Forced, e.Endpoint)
+			out.AliveOn[e.Endpoint] = e.DevIndex + 1
+			delete(out.DeadSince, e.Endpoint)
+			delete(out.NextTry, e.Endpoint)
+			delete(out.Backoff, e.Endpoint)
+			for _, k := range e.Keys {
+				if e.GUID != 0 && out.Pins[k] != e.GUID {
+					out.Pins[k] = e.GUID
+					pinsChanged = true
 				}
 			}
-			if len(absent) > 0 {
-				it.Reason += fmt.Sprintf("; subsystem(s) %s declared in %s do not exist: not created", strings.Join(absent, ", "), d.Source)
+		case StateDead, StateStranded:
+			if _, ok := out.DeadSince[e.Endpoint]; !ok {
+				out.DeadSince[e.Endpoint] = now
 			}
-			if len(missing) == 0 {
-				continue
-			}
-		} else if portalISER[d.ID] {
-			continue
-		}
-		what := fmt.Sprintf("%d link(s)", len(missing))
-		if d.Kind == KindLIO {
-			what = "iser=1"
-		}
-		if !open {
-			it.Reason += fmt.Sprintf("; %s declared in %s missing; boot completion window is over, not restored", what, d.Source)
-			continue
-		}
-		it.Reason = fmt.Sprintf("%s declared in %s missing (refused at boot?)", what, d.Source)
-		it.Expected, it.Managed = true, true
-		if gate(it, obs, mem, cfg, net) {
-			if d.Kind == KindNvmet {
-				it.Action, it.Links = ActCompleteBoot, missing
-			} else {
-				it.Action = ActCompleteISER
-			}
+		default:
+			delete(out.DeadSince, e.Endpoint)
 		}
 	}
-	return items
+	for _, o := range outcomes {
+		ep := o.Endpoint
+		delete(out.Forced, ep)
+		if o.Result == "ok" || o.Result == "" {
+			delete(out.Backoff, ep)
+			delete(out.NextTry, ep)
+			continue
+		}
+		d := out.Backoff[ep]
+		if d == 0 {
+			d = backoffMin
+		} else {
+			d = min(2*d, backoffMax)
+		}
+		out.Backoff[ep] = d
+		out.NextTry[ep] = now.Add(d)
+	}
+	for ep := range out.AliveOn {
+		if !present[ep] {
+			delete(out.AliveOn, ep)
+		}
+	}
+	keys := map[Key]bool{}
+	for _, it := range items {
+		keys[it.Key] = true
+	}
+	for k := range out.Pins {
+		if !keys[k] {
+			delete(out.Pins, k)
+			pinsChanged = true
+		}
+	}
+	return out, pinsChanged
+}
+
+func cloneMap[K comparable, V any](m map[K]V) map[K]V {
+	out := make(map[K]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// Outcome is what applying one heal came to, after verification.
+type Outcome struct {
+	Endpoint Endpoint
+	Action   Action
+	Keys     []Key
+	Result   string // "ok", "refused", "error", "unverified", "" (journal drop)
+	Err      error
+	At       time.Time
+	Latency  time.Duration
 }
 
 // unzoned drops an IPv6 scope the kernel reports for link-local listeners.

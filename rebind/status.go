@@ -14,8 +14,19 @@ type ListenerStatus struct {
 	Managed    bool       `json:"managed"`
 	Reason     string     `json:"reason"`
 	Listening  *bool      `json:"listening"` // null: unknown
-	Device     string     `json:"device"`
+	Device     string     `json:"device"` // RDMA device of the LISTEN entry, else the one that would carry the address
 	Netdev     string     `json:"netdev"`
+	// Endpoint is the kernel listener the object holds: "<owner> <addr>:<port>".
+	Endpoint string `json:"endpoint,omitempty"`
+	// Sharers counts the configfs objects holding that listener (LIO
+	// portals of several targets on one address:port share one).
+	Sharers int `json:"sharers,omitempty"`
+	// State: "listening", "dead", "stranded" (LISTEN on a device that no
+	// longer carries the address), "unknown", or "" when nothing is expected.
+	State string `json:"state"`
+	// RDMADevice and RDMAPort carry the address now (the GID table).
+	RDMADevice string `json:"rdma_device"`
+	RDMAPort   uint32 `json:"rdma_port"`
 	Expected   bool       `json:"expected"` // a listener should exist (links, iser=1)
 	DeadSince  *time.Time `json:"dead_since,omitempty"`
 	LastAction string     `json:"last_action,omitempty"`
@@ -45,12 +56,13 @@ func Report(s Snapshot, source string) StatusReport {
 		r.JournalErrors = append(r.JournalErrors, e.Error())
 	}
 	for _, it := range s.Items {
-		if it.Action == ActDropJournal && !it.Address.IsValid() {
-			continue // a journal entry of a removed object: not a listener
-		}
 		ls := ListenerStatus{
 			Kind: string(it.Kind), ID: it.ID, Service: it.ServiceString(), Managed: it.Managed,
 			Reason: it.Reason, Listening: it.Listening, Device: it.Device, Netdev: it.Netdev, Expected: it.Expected,
+			Sharers: it.Sharers, State: it.State.String(), RDMADevice: it.Carrier, RDMAPort: it.CarrierPort,
+		}
+		if it.Endpoint.Addr.IsValid() {
+			ls.Endpoint = it.Endpoint.String()
 		}
 		if it.Address.IsValid() {
 			ls.Address = it.Address.String()
@@ -102,7 +114,11 @@ func Check(r StatusReport) (Health, []string) {
 			why = append(why, l.Kind+" "+l.ID+": listening unknown")
 		case !*l.Listening:
 			h = Dead
-			why = append(why, l.Kind+" "+l.ID+" ("+l.Address+":"+l.Service+"): dead: "+l.Reason)
+			what := "dead"
+			if l.State == "stranded" {
+				what = "stranded"
+			}
+			why = append(why, l.Kind+" "+l.ID+" ("+l.Address+":"+l.Service+"): "+what+": "+l.Reason)
 		}
 	}
 	return h, why

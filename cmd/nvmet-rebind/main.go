@@ -472,7 +472,7 @@ func cmdStatus(c *cli.Context) error {
 		return enc.Encode(r)
 	}
 	w := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "KIND\tID\tADDRESS\tDEVICE\tNETDEV\tLISTENING\tMANAGED\tLAST ACTION\tRETRY\tREASON")
+	fmt.Fprintln(w, "KIND\tID\tADDRESS\tSTATE\tSHARERS\tLISTENER ON\tCARRIED BY\tNETDEV\tMANAGED\tLAST ACTION\tRETRY\tREASON")
 	for _, l := range r.Listeners {
 		addr := l.Address
 		if l.Service != "" {
@@ -489,8 +489,24 @@ func cmdStatus(c *cli.Context) error {
 		if l.RetryAt != nil {
 			retry = "in " + time.Until(*l.RetryAt).Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Kind, l.ID, dash(addr), dash(l.Device), dash(l.Netdev),
-			yesNo(l.Listening), yesNoB(l.Managed), last, retry, l.Reason)
+		state := l.State
+		if state == "" {
+			state = "-"
+		}
+		sharers := "-"
+		if l.Sharers > 0 {
+			sharers = strconv.Itoa(l.Sharers)
+		}
+		on := "-"
+		if l.State == "listening" || l.State == "stranded" {
+			on = dash(l.Device)
+		}
+		carried := "-"
+		if l.RDMADevice != "" {
+			carried = l.RDMADevice + "/" + strconv.Itoa(int(l.RDMAPort))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Kind, l.ID, dash(addr), state, sharers, on, carried, dash(l.Netdev),
+			yesNoB(l.Managed), last, retry, l.Reason)
 	}
 	fmt.Fprintf(w, "\n(source: %s)\n", r.Source)
 	if err := w.Flush(); err != nil {
@@ -551,22 +567,26 @@ func cmdCheck(c *cli.Context) error {
 }
 
 func cmdPlan(c *cli.Context) error {
-	_, items, err := snapshot(c)
+	e, err := setup(c, true)
 	if err != nil {
 		return err
 	}
-	n := 0
-	for _, it := range items {
-		if it.Action == rebind.ActNone {
-			continue
+	defer e.kernel.Close()
+	pl, _, err := e.eng.PlanAll()
+	if err != nil {
+		return &exitError{2, err}
+	}
+	for _, h := range pl.Heals {
+		what := h.Endpoint.String()
+		if !h.Endpoint.Addr.IsValid() {
+			what = "journal"
 		}
-		n++
-		fmt.Fprintf(c.App.Writer, "%s (%s): %s\n", it.Key, joinHostPort(it.Address.String(), it.ServiceString()), it.Reason)
-		for _, line := range rebind.Writes(it, c.String("configfs-root")) {
-			fmt.Fprintf(c.App.Writer, "  %s\n", line)
+		fmt.Fprintf(c.App.Writer, "%s: %s (%s)\n", what, h.Action, h.Reason)
+		for _, s := range h.Steps {
+			fmt.Fprintf(c.App.Writer, "  %s\n", s.Describe(c.String("configfs-root")))
 		}
 	}
-	if n == 0 {
+	if len(pl.Heals) == 0 {
 		fmt.Fprintln(c.App.Writer, "nothing to do")
 	}
 	return nil

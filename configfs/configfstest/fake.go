@@ -13,7 +13,16 @@
 //   - removing an RDMA device destroys its address-bound listeners and
 //     changes nothing in configfs (links stay, iser keeps reading 1);
 //   - wildcard listeners re-appear on every device added later;
-//   - removing an address does not touch listeners.
+//   - removing an address does not touch listeners; a listener stays on
+//     the device it was bound on when its address moves (stranded);
+//   - a bind goes to the RDMA device whose GID table holds the address on
+//     the address's netdev: the device's own netdev and its uppers (VLAN,
+//     macvlan, bond: AddUpper); the table can be held empty for a moment
+//     after a device appears (HoldGIDs, FillGIDs);
+//   - one iSER listener (np) per address:port is shared by every portal
+//     with iser=1 on it: iser=1 re-attaches to an existing np even when its
+//     listener is dead, and the np goes only when every sharer is at 0;
+//   - two nvmet ports cannot listen on one address:port (EADDRINUSE).
 //
 // Every write is appended to an ordered log that tests assert on.
 package configfstest
@@ -22,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -63,12 +73,21 @@ type listener struct {
 	dev  string // "" for wildcard
 }
 
+// np is LIO's iscsi_np of the iSER transport: one per address:port,
+// reference-counted by the portals with iser=1.
+type np struct {
+	listener
+	alive bool            // its rdma_cm listener exists
+	refs  map[string]bool // portal ids
+}
+
 type device struct {
-	index  uint32
-	name   string
-	guid   uint64
-	netdev string
-	cmidn  uint32
+	index     uint32
+	name      string
+	guid      uint64
+	netdev    string
+	cmidn     uint32
+	gidsReady bool
 }
 
 // Kernel is the fake kernel. Its zero value is not usable; use New.
@@ -82,7 +101,12 @@ type Kernel struct {
 	nextIndex uint32
 	addrs     map[string][]netip.Addr // netdev → addresses
 	ifindex   map[string]int
-	listen    map[listenerKey]listener
+	lower     map[string]string        // upper netdev → the netdev under it
+	listen    map[listenerKey]listener // nvmet ports
+	nps       map[netip.AddrPort]*np   // iSER nps
+	// HoldGIDs makes devices added later start with an empty GID table
+	// until FillGIDs, as the kernel fills it a moment after the device.
+	HoldGIDs bool
 	// Fault, when set, is called before every Ops call with the index of
 	// the write (0-based) and may fail it (return an error) — the write is
 	// then not performed.
@@ -107,7 +131,9 @@ func NewAt(root string) *Kernel {
 		order:   map[string][]string{},
 		addrs:   map[string][]netip.Addr{},
 		ifindex: map[string]int{},
+		lower:   map[string]string{},
 		listen:  map[listenerKey]listener{},
+		nps:     map[netip.AddrPort]*np{},
 	}
 	for _, d := range []string{"nvmet/ports", "nvmet/subsystems", "nvmet/hosts", "target/iscsi"} {
 		k.mkdir(filepath.Join(root, d))
@@ -218,7 +244,7 @@ func (k *Kernel) RemovePortal(id string) error {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	delete(k.listen, listenerKey{"ib_isert", id})
+	k.detach(id)
 	dir := filepath.Join(k.Root, "target/iscsi", iqn, tpg, "np", np)
 	k.dropChild(dir)
 	return os.RemoveAll(dir)
@@ -373,9 +399,16 @@ func (k *Kernel) symlink(link, target string) error {
 			return &os.LinkError{Op: "symlink", Old: target, New: link, Err: syscall.EINVAL}
 		}
 		if addr.IsValid() {
-			if err := k.bind(listenerKey{"nvmet_rdma", id}, addr); err != nil {
+			for key, l := range k.listen {
+				if key.id != id && l.addr == addr {
+					return &os.LinkError{Op: "symlink", Old: target, New: link, Err: syscall.EADDRINUSE}
+				}
+			}
+			dev, err := k.bind(addr)
+			if err != nil {
 				return &os.LinkError{Op: "symlink", Old: target, New: link, Err: err}
 			}
+			k.listen[listenerKey{"nvmet_rdma", id}] = listener{addr: addr, dev: dev}
 		}
 	}
 	// configfs stores a relative target; so does the fake.
@@ -438,11 +471,19 @@ func (k *Kernel) write(p, v string) error {
 			if err != nil {
 				return &fs.PathError{Op: "write", Path: p, Err: syscall.EINVAL}
 			}
-			if err := k.bind(listenerKey{"ib_isert", id}, addr); err != nil {
-				return &fs.PathError{Op: "write", Path: p, Err: err}
+			if n, ok := k.nps[addr]; ok {
+				n.refs[id] = true // re-attached, alive or not
+			} else {
+				dev, err := k.bind(addr)
+				if err != nil {
+					return &fs.PathError{Op: "write", Path: p, Err: err}
+				}
+				k.nps[addr] = &np{listener: listener{addr: addr, dev: dev}, alive: true, refs: map[string]bool{id: true}}
 			}
 		case "0":
-			delete(k.listen, listenerKey{"ib_isert", id})
+			if on {
+				k.detach(id)
+			}
 		default:
 			return &fs.PathError{Op: "write", Path: p, Err: syscall.EINVAL}
 		}
@@ -453,28 +494,69 @@ func (k *Kernel) write(p, v string) error {
 	return nil
 }
 
-// bind does what rdma_bind_addr + rdma_listen do for a kernel ULP.
-func (k *Kernel) bind(key listenerKey, addr netip.AddrPort) error {
+// bind does what rdma_bind_addr does for a kernel ULP: it returns the
+// device that carries the address ("" for a wildcard).
+func (k *Kernel) bind(addr netip.AddrPort) (string, error) {
 	if addr.Addr().IsUnspecified() {
-		k.listen[key] = listener{addr: addr}
-		return nil
+		return "", nil
 	}
-	netdev := ""
-	for nd, as := range k.addrs {
-		if slices.Contains(as, addr.Addr()) {
-			netdev = nd
-		}
-	}
+	netdev := k.netdevOf(addr.Addr())
 	if netdev == "" {
-		return syscall.EADDRNOTAVAIL
+		return "", syscall.EADDRNOTAVAIL
 	}
-	for _, d := range k.devs {
-		if d.netdev == netdev {
-			k.listen[key] = listener{addr: addr, dev: d.name}
-			return nil
+	if d := k.carrier(netdev); d != nil {
+		return d.name, nil
+	}
+	return "", syscall.ENODEV
+}
+
+func (k *Kernel) netdevOf(ip netip.Addr) string {
+	names := make([]string, 0, len(k.addrs))
+	for n := range k.addrs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		if slices.Contains(k.addrs[n], ip) {
+			return n
 		}
 	}
-	return syscall.ENODEV
+	return ""
+}
+
+// carrier is the first device whose GID table holds addresses of netdev:
+// the device's own netdev or one of its uppers.
+func (k *Kernel) carrier(netdev string) *device {
+	for _, d := range k.devs {
+		if d.gidsReady && k.under(netdev, d.netdev) {
+			return d
+		}
+	}
+	return nil
+}
+
+// under reports whether netdev is base or stacked on it.
+func (k *Kernel) under(netdev, base string) bool {
+	for i := 0; netdev != "" && i < 8; i++ {
+		if netdev == base {
+			return true
+		}
+		netdev = k.lower[netdev]
+	}
+	return false
+}
+
+// detach drops portal id from its np (iser=0 or rmdir); the np goes with
+// its last sharer.
+func (k *Kernel) detach(id string) {
+	for a, n := range k.nps {
+		if n.refs[id] {
+			delete(n.refs, id)
+			if len(n.refs) == 0 {
+				delete(k.nps, a)
+			}
+		}
+	}
 }
 
 // --- the RDMA side ---
@@ -505,6 +587,33 @@ func (k *Kernel) DelNetdev(name string) {
 	}
 }
 
+// AddUpper creates netdev name stacked on lower (a VLAN, macvlan, or a
+// bond over it): addresses on it are in lower's RDMA device's GID table.
+func (k *Kernel) AddUpper(name, lower string) {
+	k.AddNetdev(name)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.lower[name] = lower
+}
+
+// MoveAddr moves an address to another netdev; listeners stay where they
+// were bound (KERNEL.md: a stranded listener).
+func (k *Kernel) MoveAddr(from, to, ip string) {
+	k.DelAddr(from, ip)
+	k.AddAddr(to, ip)
+}
+
+// FillGIDs fills the GID table of a device added while HoldGIDs was set.
+func (k *Kernel) FillGIDs(name string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, d := range k.devs {
+		if d.name == name {
+			d.gidsReady = true
+		}
+	}
+}
+
 // AddAddr adds an IP address to a netdev (ip addr add).
 func (k *Kernel) AddAddr(netdev, ip string) {
 	k.AddNetdev(netdev)
@@ -527,7 +636,7 @@ func (k *Kernel) AddDevice(name string, guid uint64, netdev string) {
 	k.AddNetdev(netdev)
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.devs = append(k.devs, &device{index: k.nextIndex, name: name, guid: guid, netdev: netdev})
+	k.devs = append(k.devs, &device{index: k.nextIndex, name: name, guid: guid, netdev: netdev, gidsReady: !k.HoldGIDs})
 	k.nextIndex++
 }
 
@@ -542,6 +651,11 @@ func (k *Kernel) RemoveDevice(name string) {
 			delete(k.listen, key)
 		}
 	}
+	for _, n := range k.nps {
+		if n.dev == name {
+			n.alive = false // the np stays while its sharers hold it
+		}
+	}
 }
 
 // Listening reports whether the port (owner nvmet_rdma) or portal
@@ -549,8 +663,32 @@ func (k *Kernel) RemoveDevice(name string) {
 func (k *Kernel) Listening(owner, id string) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if owner == "ib_isert" {
+		for _, n := range k.nps {
+			if n.refs[id] {
+				return n.alive
+			}
+		}
+		return false
+	}
 	_, ok := k.listen[listenerKey{owner, id}]
 	return ok
+}
+
+// ListeningOn returns the device the listener of the port or portal is
+// bound to ("" when there is none or it is a wildcard).
+func (k *Kernel) ListeningOn(owner, id string) string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if owner == "ib_isert" {
+		for _, n := range k.nps {
+			if n.refs[id] && n.alive {
+				return n.dev
+			}
+		}
+		return ""
+	}
+	return k.listen[listenerKey{owner, id}].dev
 }
 
 // CMIDCalls counts CMIDs calls (one dump per reconcile is the goal).
@@ -566,12 +704,33 @@ func (k *Kernel) Devices() ([]kernel.Device, error) {
 	defer k.mu.Unlock()
 	var out []kernel.Device
 	for _, d := range k.devs {
-		out = append(out, kernel.Device{
-			Index: d.index, Name: d.name, NodeGUID: d.guid, NodeType: 1, Protocol: "roce",
-			Ports: []kernel.Port{{Index: 1, State: kernel.PortActive, PhysState: 5, NetdevIndex: uint32(k.ifindex[d.netdev]), Netdev: d.netdev}},
-		})
+		port := kernel.Port{Index: 1, State: kernel.PortActive, PhysState: 5, NetdevIndex: uint32(k.ifindex[d.netdev]), Netdev: d.netdev, GIDsKnown: true}
+		if d.gidsReady {
+			port.GIDs = k.gids(d)
+		}
+		out = append(out, kernel.Device{Index: d.index, Name: d.name, NodeGUID: d.guid, NodeType: 1, Protocol: "roce", Ports: []kernel.Port{port}})
 	}
 	return out, nil
+}
+
+// gids is the RoCE GID table of d: one RoCE v2 entry per address on its
+// netdev and the netdevs stacked on it.
+func (k *Kernel) gids(d *device) []kernel.GID {
+	names := make([]string, 0, len(k.addrs))
+	for n := range k.addrs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var out []kernel.GID
+	for _, n := range names {
+		if !k.under(n, d.netdev) {
+			continue
+		}
+		for _, a := range k.addrs[n] {
+			out = append(out, kernel.GID{Index: uint32(len(out)), Raw: a.As16(), Netdev: n, Type: "RoCE v2"})
+		}
+	}
+	return out
 }
 
 // CMIDs implements the engine's kernel view: the LISTEN table as the
@@ -585,14 +744,20 @@ func (k *Kernel) CMIDs(devs []kernel.Device) ([]kernel.CMID, error) {
 		return nil, k.CMIDsErr
 	}
 	var out []kernel.CMID
-	keys := make([]listenerKey, 0, len(k.listen))
-	for key := range k.listen {
+	all := maps.Clone(k.listen)
+	for a, n := range k.nps {
+		if n.alive {
+			all[listenerKey{"ib_isert", a.String()}] = n.listener
+		}
+	}
+	keys := make([]listenerKey, 0, len(all))
+	for key := range all {
 		keys = append(keys, key)
 	}
 	slices.SortFunc(keys, func(a, b listenerKey) int { return strings.Compare(a.owner+a.id, b.owner+b.id) })
 	for _, d := range k.devs {
 		for _, key := range keys {
-			l := k.listen[key]
+			l := all[key]
 			c := kernel.CMID{DevIndex: d.index, DevName: d.name, State: kernel.CMStateListen, PS: 0x106, Src: l.addr, KernName: key.owner, CMIDN: d.cmidn}
 			switch {
 			case l.dev == d.name:
@@ -641,6 +806,10 @@ func (k *Kernel) String() string {
 	for key, l := range k.listen {
 		s = append(s, fmt.Sprintf("%s %s %s on %q", key.owner, key.id, l.addr, l.dev))
 	}
+	for _, n := range k.nps {
+		ids := slices.Sorted(maps.Keys(n.refs))
+		s = append(s, fmt.Sprintf("ib_isert np %s on %q alive=%v sharers=%s", n.addr, n.dev, n.alive, strings.Join(ids, ",")))
+	}
 	slices.Sort(s)
 	return strings.Join(s, "; ")
 }
@@ -650,5 +819,13 @@ func (k *Kernel) String() string {
 func (k *Kernel) KillListener(owner, id string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if owner == "ib_isert" {
+		for _, n := range k.nps {
+			if n.refs[id] {
+				n.alive = false
+			}
+		}
+		return
+	}
 	delete(k.listen, listenerKey{owner, id})
 }

@@ -1,0 +1,622 @@
+package rebind_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/nvmet-rebind/nvmet-rebind/configfs"
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/kernel"
+)
+
+// The fake kernel must model what the engine depends on, or the tests
+// below prove nothing: one shared iSER np per address:port that a toggle of
+// one sharer re-attaches to while dead, and listeners bound to a device.
+func TestFakeModelsSharedNPAndStrandedListeners(t *testing.T) {
+	k := configfstest.New(t)
+	k.AddAddr("veth0", "192.0.2.1")
+	k.AddDevice("rxe0", 1, "veth0")
+	admin := configfs.NewWithOps(k.Root, k.Admin())
+	a, b := "iqn.2024-01.lab:a/tpgt_1/192.0.2.1:3260", "iqn.2024-01.lab:b/tpgt_1/192.0.2.1:3260"
+	k.AddPortal("iqn.2024-01.lab:a", "tpgt_1", "192.0.2.1:3260")
+	k.AddPortal("iqn.2024-01.lab:b", "tpgt_1", "192.0.2.1:3260")
+	must(t, admin.SetISER(a, true))
+	must(t, admin.SetISER(b, true))
+	k.RemoveDevice("rxe0")
+	k.AddDevice("rxe0", 1, "veth0")
+	must(t, admin.SetISER(a, false))
+	must(t, admin.SetISER(a, true))
+	if k.Listening("ib_isert", a) {
+		t.Fatal("toggling one sharer of a dead np healed it: the fake does not model the shared np")
+	}
+	must(t, admin.SetISER(b, false))
+	must(t, admin.SetISER(b, true))
+	if k.Listening("ib_isert", a) {
+		t.Fatal("toggling the sharers one after the other healed the np")
+	}
+	must(t, admin.SetISER(a, false))
+	must(t, admin.SetISER(b, false))
+	must(t, admin.SetISER(a, true))
+	must(t, admin.SetISER(b, true))
+	if !k.Listening("ib_isert", a) || !k.Listening("ib_isert", b) {
+		t.Fatalf("all to 0 then all to 1 did not heal: %s", k)
+	}
+	// A moved address leaves the listener on its device.
+	k.AddAddr("veth2", "192.0.2.9")
+	k.AddDevice("rxe1", 2, "veth2")
+	k.MoveAddr("veth0", "veth2", "192.0.2.1")
+	if got := k.ListeningOn("ib_isert", a); got != "rxe0" {
+		t.Fatalf("after the move the listener is on %q, want rxe0 (stranded)", got)
+	}
+}
+
+func gidTable(netdev string, ips ...string) []kernel.GID {
+	var g []kernel.GID
+	for i, ip := range ips {
+		g = append(g, kernel.GID{Index: uint32(i), Raw: mustAddr(ip).As16(), Netdev: netdev, Type: "RoCE v2"})
+	}
+	return g
+}
+
+func listen(owner, dev string, idx uint32, ap string) kernel.CMID {
+	return kernel.CMID{DevIndex: idx, DevName: dev, Port: 1, State: kernel.CMStateListen, PS: 0x106, KernName: owner, Src: mustAddrPort(ap)}
+}
+
+// Plan over realistic observations, whole results compared, with memory.
+func TestPlanEndpoints(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const (
+		pA = "iqn.2024-01.lab:a/tpgt_1/192.0.2.1:3260"
+		pB = "iqn.2024-01.lab:b/tpgt_1/192.0.2.1:3260"
+		pC = "iqn.2024-01.lab:c/tpgt_1/192.0.2.1:3260"
+	)
+	portal := func(id string, iser bool) configfs.Portal {
+		iqn, tpg, np, err := configfs.ParsePortalID(id)
+		must(t, err)
+		ap, err := configfs.ParseNP(np)
+		must(t, err)
+		return configfs.Portal{IQN: iqn, TPG: tpg, NP: np, Addr: ap, ISER: iser}
+	}
+	lA := configfs.Link{Name: nqnA, NQN: nqnA}
+	lB := configfs.Link{Name: nqnB, NQN: nqnB}
+	port1 := configfs.Port{ID: "1", Trtype: "rdma", Adrfam: "ipv4", Traddr: "192.0.2.1", Trsvcid: "4420", Links: []configfs.Link{lA, lB}}
+	// rxe0 (index 3 after two resets) on veth0, the address on VLAN veth0.100.
+	rxe0 := kernel.Device{Index: 3, Name: "rxe0", NodeGUID: 0x11, Protocol: "roce", Ports: []kernel.Port{{Index: 1, NetdevIndex: 4, Netdev: "veth0", GIDsKnown: true,
+		GIDs: gidTable("veth0.100", "192.0.2.1")}}}
+	rxe1 := kernel.Device{Index: 4, Name: "rxe1", NodeGUID: 0x22, Protocol: "roce", Ports: []kernel.Port{{Index: 1, NetdevIndex: 6, Netdev: "veth2", GIDsKnown: true}}}
+	addrs := []kernel.Addr{{Ifindex: 9, Netdev: "veth0.100", IP: mustAddr("192.0.2.1")}}
+	epL := rebind.Endpoint{Kind: rebind.KindLIO, Addr: mustAddrPort("192.0.2.1:3260")}
+	epN := rebind.Endpoint{Kind: rebind.KindNvmet, Addr: mustAddrPort("192.0.2.1:4420")}
+	journal := func(k rebind.Key) rebind.Intent {
+		return rebind.Intent{Kind: k.Kind, ID: k.ID, Address: "192.0.2.1:3260", ISER: true}
+	}
+	key := func(id string) rebind.Key { return rebind.Key{Kind: rebind.KindLIO, ID: id} }
+	iser := func(id string, on bool) rebind.Step { return rebind.Step{Op: rebind.OpSetISER, Key: key(id), On: on} }
+	put := func(id string) rebind.Step {
+		in := journal(key(id))
+		in.Started = now
+		return rebind.Step{Op: rebind.OpJournalPut, Key: key(id), Intent: in}
+	}
+	del := func(id string) rebind.Step { return rebind.Step{Op: rebind.OpJournalDelete, Key: key(id)} }
+	nkey := rebind.Key{Kind: rebind.KindNvmet, ID: "1"}
+
+	tests := []struct {
+		name  string
+		obs   func(*rebind.Observed)
+		mem   func(*rebind.Memory)
+		cfg   func(*rebind.Config)
+		heals []rebind.Heal
+		state map[string]rebind.State // by object id
+	}{
+		{
+			name: "shared portal dead: all sharers to 0, then all to 1; a TCP-only portal untouched",
+			obs: func(o *rebind.Observed) {
+				o.Portals = []configfs.Portal{portal(pA, true), portal(pB, true), portal(pC, false)}
+			},
+			heals: []rebind.Heal{{Endpoint: epL, Action: rebind.ActToggleISER, Reason: "2 portals share the iSER listener: all go to 0, then all back to 1",
+				Keys:  []rebind.Key{key(pA), key(pB)},
+				Steps: []rebind.Step{put(pA), put(pB), iser(pA, false), iser(pB, false), iser(pA, true), iser(pB, true), del(pA), del(pB)}}},
+			state: map[string]rebind.State{pA: rebind.StateDead, pB: rebind.StateDead, pC: rebind.StateNone},
+		},
+		{
+			name: "crash between the zeros and the ones: every journaled sharer back to 1, the admin's 0 stays",
+			obs: func(o *rebind.Observed) {
+				o.Portals = []configfs.Portal{portal(pA, false), portal(pB, false), portal(pC, false)}
+				o.Journal = map[rebind.Key]rebind.Intent{key(pA): journal(key(pA)), key(pB): journal(key(pB))}
+			},
+			heals: []rebind.Heal{{Endpoint: epL, Action: rebind.ActCompleteISER, Reason: "iser=1 to restore from the journal on 2 portal(s)",
+				Keys:  []rebind.Key{key(pA), key(pB)},
+				Steps: []rebind.Step{iser(pA, true), iser(pB, true), del(pA), del(pB)}}},
+			state: map[string]rebind.State{pA: rebind.StateDead, pB: rebind.StateDead, pC: rebind.StateNone},
+		},
+		{
+			name: "crash after one zero: the other sharer still holds the dead np, so it goes to 0 first",
+			obs: func(o *rebind.Observed) {
+				o.Portals = []configfs.Portal{portal(pA, false), portal(pB, true)}
+				o.Journal = map[rebind.Key]rebind.Intent{key(pA): journal(key(pA)), key(pB): journal(key(pB))}
+			},
+			heals: []rebind.Heal{{Endpoint: epL, Action: rebind.ActToggleISER, Reason: "2 portals share the iSER listener: all go to 0, then all back to 1",
+				Keys:  []rebind.Key{key(pB), key(pA)},
+				Steps: []rebind.Step{iser(pB, false), iser(pA, true), iser(pB, true), del(pA), del(pB)}}},
+			state: map[string]rebind.State{pA: rebind.StateDead, pB: rebind.StateDead},
+		},
+		{
+			name: "crash after the first one: the listener is alive, the rest re-attach",
+			obs: func(o *rebind.Observed) {
+				o.Portals = []configfs.Portal{portal(pA, true), portal(pB, false)}
+				o.Journal = map[rebind.Key]rebind.Intent{key(pA): journal(key(pA)), key(pB): journal(key(pB))}
+				o.Listeners = []kernel.CMID{listen("ib_isert", "rxe0", 3, "192.0.2.1:3260")}
+			},
+			heals: []rebind.Heal{{Endpoint: epL, Action: rebind.ActCompleteISER, Reason: "iser=1 to restore from the journal on 1 portal(s)",
+				Keys:  []rebind.Key{key(pB), key(pA)},
+				Steps: []rebind.Step{iser(pB, true), del(pA), del(pB)}}},
+			state: map[string]rebind.State{pA: rebind.StateListening, pB: rebind.StateListening},
+		},
+		{
+			name: "VLAN: the GID table says rxe0 carries the address of veth0.100; the nvmet port is rebound",
+			obs: func(o *rebind.Observed) {
+				o.Ports = []configfs.Port{port1}
+			},
+			heals: []rebind.Heal{{Endpoint: epN, Action: rebind.ActRebindPort, Reason: "listener dead", Keys: []rebind.Key{nkey},
+				Steps: []rebind.Step{
+					{Op: rebind.OpJournalPut, Key: nkey, Intent: rebind.Intent{Kind: rebind.KindNvmet, ID: "1", Address: "192.0.2.1:4420", Links: []configfs.Link{lA, lB}, Started: now}, LinksAre: []configfs.Link{lA, lB}},
+					{Op: rebind.OpUnlink, Key: nkey, Link: lA},
+					{Op: rebind.OpUnlink, Key: nkey, Link: lB},
+					{Op: rebind.OpLink, Key: nkey, Link: lA},
+					{Op: rebind.OpLink, Key: nkey, Link: lB},
+					{Op: rebind.OpJournalDelete, Key: nkey},
+				}}},
+			state: map[string]rebind.State{"1": rebind.StateDead},
+		},
+		{
+			name: "GID table not filled yet: wait, and look again shortly after the event",
+			obs: func(o *rebind.Observed) {
+				o.Ports = []configfs.Port{port1}
+				o.Devices[0].Ports[0].GIDs = nil
+				o.EventAt = now.Add(-120 * time.Millisecond)
+			},
+			state: map[string]rebind.State{"1": rebind.StateDead},
+		},
+		{
+			name: "stranded: LISTEN on rxe1, the address is carried by rxe0; within the repair grace nothing",
+			obs: func(o *rebind.Observed) {
+				o.Ports = []configfs.Port{port1}
+				o.Listeners = []kernel.CMID{listen("nvmet_rdma", "rxe1", 4, "192.0.2.1:4420")}
+			},
+			mem: func(m *rebind.Memory) { m.DeadSince[epN] = now.Add(-2 * time.Second) },
+			state: map[string]rebind.State{"1": rebind.StateStranded},
+		},
+		{
+			name: "stranded past the grace: rebound",
+			obs: func(o *rebind.Observed) {
+				o.Ports = []configfs.Port{port1}
+				o.Listeners = []kernel.CMID{listen("nvmet_rdma", "rxe1", 4, "192.0.2.1:4420")}
+			},
+			mem: func(m *rebind.Memory) { m.DeadSince[epN] = now.Add(-6 * time.Second) },
+			heals: []rebind.Heal{{Endpoint: epN, Action: rebind.ActRebindPort, Reason: "stranded: listening on rxe1, but 192.0.2.1 is carried by rxe0 port 1 now; hosts cannot connect", Keys: []rebind.Key{nkey},
+				Steps: []rebind.Step{
+					{Op: rebind.OpJournalPut, Key: nkey, Intent: rebind.Intent{Kind: rebind.KindNvmet, ID: "1", Address: "192.0.2.1:4420", Links: []configfs.Link{lA, lB}, Started: now}, LinksAre: []configfs.Link{lA, lB}},
+					{Op: rebind.OpUnlink, Key: nkey, Link: lA},
+					{Op: rebind.OpUnlink, Key: nkey, Link: lB},
+					{Op: rebind.OpLink, Key: nkey, Link: lA},
+					{Op: rebind.OpLink, Key: nkey, Link: lB},
+					{Op: rebind.OpJournalDelete, Key: nkey},
+				}}},
+			state: map[string]rebind.State{"1": rebind.StateStranded},
+		},
+		{
+			name: "stranded with pin_device: reported, left alone",
+			obs: func(o *rebind.Observed) {
+				o.Ports = []configfs.Port{port1}
+				o.Listeners = []kernel.CMID{listen("nvmet_rdma", "rxe1", 4, "192.0.2.1:4420")}
+			},
+			mem:   func(m *rebind.Memory) { m.DeadSince[epN] = now.Add(-time.Minute) },
+			cfg:   func(c *rebind.Config) { c.PinDevice = true },
+			state: map[string]rebind.State{"1": rebind.StateStranded},
+		},
+		{
+			name: "dead past give-up: nothing",
+			obs: func(o *rebind.Observed) {
+				o.Portals = []configfs.Portal{portal(pA, true), portal(pB, true)}
+			},
+			mem:   func(m *rebind.Memory) { m.DeadSince[epL] = now.Add(-11 * time.Minute) },
+			cfg:   func(c *rebind.Config) { c.GiveUpAfter = 10 * time.Minute },
+			state: map[string]rebind.State{pA: rebind.StateDead, pB: rebind.StateDead},
+		},
+		{
+			name: "backoff pending: nothing; a manual rebind (forced) goes through it",
+			obs: func(o *rebind.Observed) {
+				o.Portals = []configfs.Portal{portal(pA, true)}
+			},
+			mem: func(m *rebind.Memory) {
+				m.NextTry[epL] = now.Add(time.Second)
+				m.Forced[epL] = true
+			},
+			heals: []rebind.Heal{{Endpoint: epL, Action: rebind.ActToggleISER, Reason: "listener dead (iser reads 1)", Keys: []rebind.Key{key(pA)},
+				Steps: []rebind.Step{put(pA), iser(pA, false), iser(pA, true), del(pA)}}},
+			state: map[string]rebind.State{pA: rebind.StateDead},
+		},
+		{
+			name: "removal in progress: the device it lived on is still registered",
+			obs: func(o *rebind.Observed) {
+				o.Portals = []configfs.Portal{portal(pA, true)}
+			},
+			mem:   func(m *rebind.Memory) { m.AliveOn[epL] = 3 + 1 },
+			state: map[string]rebind.State{pA: rebind.StateDead},
+		},
+		{
+			name: "boot: a declared link missing on a port with no links, listener absent",
+			obs: func(o *rebind.Observed) {
+				p := port1
+				p.Links = nil
+				o.Ports = []configfs.Port{p}
+				o.Declared = []rebind.Declared{{Source: "/etc/nvmet/config.json", Kind: rebind.KindNvmet, ID: "1", Addr: mustAddrPort("192.0.2.1:4420"), NQNs: []string{nqnA}}}
+				o.BootUntil = now.Add(time.Minute)
+			},
+			heals: []rebind.Heal{{Endpoint: epN, Action: rebind.ActCompleteBoot, Reason: "1 link(s) declared in /etc/nvmet/config.json missing (refused at boot?)", Keys: []rebind.Key{nkey},
+				Steps: []rebind.Step{{Op: rebind.OpLink, Key: nkey, Link: lA}}}},
+			state: map[string]rebind.State{"1": rebind.StateDead},
+		},
+		{
+			name: "boot window over: not enabled, nothing",
+			obs: func(o *rebind.Observed) {
+				p := port1
+				p.Links = nil
+				o.Ports = []configfs.Port{p}
+				o.Declared = []rebind.Declared{{Source: "/etc/nvmet/config.json", Kind: rebind.KindNvmet, ID: "1", Addr: mustAddrPort("192.0.2.1:4420"), NQNs: []string{nqnA}}}
+				o.BootUntil = now.Add(-time.Minute)
+			},
+			state: map[string]rebind.State{"1": rebind.StateNone},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			obs := rebind.Observed{Devices: []kernel.Device{rxe0, rxe1}, Addrs: addrs, Now: now, Subsystems: map[string]bool{nqnA: true, nqnB: true}}
+			obs.Devices[0].Ports = append([]kernel.Port(nil), rxe0.Ports...)
+			tt.obs(&obs)
+			mem := rebind.NewMemory()
+			if tt.mem != nil {
+				tt.mem(&mem)
+			}
+			cfg := rebind.DefaultConfig()
+			if tt.cfg != nil {
+				tt.cfg(&cfg)
+			}
+			pl := rebind.Plan(obs, mem, cfg)
+			if diff := cmp.Diff(tt.heals, pl.Heals, cmpopts.EquateEmpty(), cmpopts.EquateComparable(netip.AddrPort{}, netip.Addr{})); diff != "" {
+				t.Errorf("heals (-want +got):\n%s", diff)
+			}
+			got := map[string]rebind.State{}
+			for _, it := range pl.Items {
+				got[it.ID] = it.State
+			}
+			if diff := cmp.Diff(tt.state, got); diff != "" {
+				t.Errorf("states (-want +got):\n%s\nitems: %+v", diff, pl.Items)
+			}
+			for _, it := range pl.Items {
+				if it.State == rebind.StateStranded && !strings.HasPrefix(it.Reason, "stranded") {
+					t.Errorf("%s: stranded, reason %q", it.Key, it.Reason)
+				}
+			}
+		})
+	}
+}
+
+// The GID-table wait looks again shortly after the event, then stops.
+func TestPlanRechecksAfterEvent(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	obs := rebind.Observed{
+		Ports:      []configfs.Port{{ID: "1", Trtype: "rdma", Adrfam: "ipv4", Traddr: "192.0.2.1", Trsvcid: "4420", Links: []configfs.Link{{Name: nqnA, NQN: nqnA}}}},
+		Devices:    []kernel.Device{{Index: 1, Name: "rxe0", Ports: []kernel.Port{{Index: 1, Netdev: "veth0", GIDsKnown: true}}}},
+		Addrs:      []kernel.Addr{{Ifindex: 9, Netdev: "veth0.100", IP: mustAddr("192.0.2.1")}},
+		Subsystems: map[string]bool{nqnA: true},
+		Now:        now, EventAt: now.Add(-120 * time.Millisecond),
+	}
+	it := rebind.Plan(obs, rebind.NewMemory(), rebind.DefaultConfig()).Items[0]
+	if want := obs.EventAt.Add(200 * time.Millisecond); !it.RetryAt.Equal(want) {
+		t.Errorf("retry at %v, want %v (reason %q)", it.RetryAt, want, it.Reason)
+	}
+	if !strings.Contains(it.Reason, "waiting for an RDMA device to carry 192.0.2.1 on veth0.100") {
+		t.Errorf("reason %q", it.Reason)
+	}
+	obs.EventAt = now.Add(-10 * time.Second)
+	if it := rebind.Plan(obs, rebind.NewMemory(), rebind.DefaultConfig()).Items[0]; !it.RetryAt.IsZero() {
+		t.Errorf("still rechecking 10 s after the event: %v", it.RetryAt)
+	}
+}
+
+// sharedWorld: rxe0 on veth0, 192.0.2.1 on veth0 and n targets, each with
+// tpgt_1/np/192.0.2.1:3260 iser=1, plus a target on its own :3261.
+func sharedWorld(t testing.TB, n int) (*configfstest.Kernel, []string, string) {
+	k := configfstest.New(t)
+	k.AddAddr("veth0", "192.0.2.1")
+	k.AddDevice("rxe0", 0x11, "veth0")
+	admin := configfs.NewWithOps(k.Root, k.Admin())
+	var ids []string
+	for i := range n {
+		iqn := fmt.Sprintf("iqn.2024-01.lab:vol-%04d", i)
+		k.AddPortal(iqn, "tpgt_1", "192.0.2.1:3260")
+		id := iqn + "/tpgt_1/192.0.2.1:3260"
+		if err := admin.SetISER(id, true); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	k.AddPortal("iqn.2024-01.lab:own", "tpgt_1", "192.0.2.1:3261")
+	own := "iqn.2024-01.lab:own/tpgt_1/192.0.2.1:3261"
+	if err := admin.SetISER(own, true); err != nil {
+		t.Fatal(err)
+	}
+	return k, ids, own
+}
+
+func sharedEngine(t testing.TB, k *configfstest.Kernel, clk *clock, fault func(string) bool, state string) *rebind.Engine {
+	j, err := rebind.OpenJournal(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rebind.New(rebind.Options{FS: k.FS(), Kernel: k, Journal: j, Config: rebind.DefaultConfig(), Now: clk.now, Fault: fault, StateDir: state})
+}
+
+func TestSharedPortalHealsAsOneUnit(t *testing.T) {
+	for _, n := range []int{2, 3, 1024} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			k, ids, own := sharedWorld(t, n)
+			clk := newClock()
+			e := sharedEngine(t, k, clk, nil, t.TempDir())
+			if _, err := e.Reconcile(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			k.RemoveDevice("rxe0")
+			k.AddDevice("rxe0", 0x11, "veth0")
+			k.ResetLog()
+			items, err := e.Reconcile(context.Background())
+			must(t, err)
+			for _, id := range append(ids, own) {
+				if !k.Listening("ib_isert", id) {
+					t.Fatalf("%s not listening after one round: %s", id, item(items, id).Reason)
+				}
+			}
+			// All zeros before any one; each sharer written exactly twice.
+			log := k.LogStrings()
+			if len(log) != 2*(n+1) {
+				t.Fatalf("%d writes, want %d: %q", len(log), 2*(n+1), log)
+			}
+			firstOne := -1
+			lastZero := -1
+			for i, w := range log {
+				if strings.Contains(w, ":3260/iser 1") && firstOne < 0 {
+					firstOne = i
+				}
+				if strings.Contains(w, ":3260/iser 0") {
+					lastZero = i
+				}
+			}
+			if lastZero > firstOne {
+				t.Errorf("a sharer went back to 1 before every sharer was at 0: %q", log)
+			}
+			if it := item(items, ids[0]); it.Sharers != n || it.State != rebind.StateListening {
+				t.Errorf("status of %s: sharers %d state %v", ids[0], it.Sharers, it.State)
+			}
+		})
+	}
+}
+
+func TestSharedPortalAdminChangesDuringOutage(t *testing.T) {
+	k, ids, _ := sharedWorld(t, 3)
+	clk := newClock()
+	e := sharedEngine(t, k, clk, nil, t.TempDir())
+	must(t, func() error { _, err := e.Reconcile(context.Background()); return err }())
+	k.RemoveDevice("rxe0")
+	admin := configfs.NewWithOps(k.Root, k.Admin())
+	must(t, admin.SetISER(ids[0], false)) // the admin's 0
+	must(t, k.RemovePortal(ids[1]))       // the admin's rmdir
+	k.AddDevice("rxe0", 0x11, "veth0")
+	_, err := e.Reconcile(context.Background())
+	must(t, err)
+	if !k.Listening("ib_isert", ids[2]) {
+		t.Fatalf("the remaining sharer is not listening: %s", k)
+	}
+	p, err := k.FS().Portal(ids[0])
+	must(t, err)
+	if p.ISER {
+		t.Error("the admin's iser=0 was undone")
+	}
+	if _, err := k.FS().Portal(ids[1]); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the removed np is back: %v", err)
+	}
+}
+
+// A crash at every point of a shared heal: a restarted engine ends with
+// every sharer at 1 and a listener; the admin's 0 stays 0.
+func TestSharedPortalCrashAnywhere(t *testing.T) {
+	points := []string{"after-journal", "after-iser-0", "after-all-iser-0", "after-iser-1"}
+	for _, point := range points {
+		t.Run(point, func(t *testing.T) {
+			k, ids, _ := sharedWorld(t, 3)
+			clk := newClock()
+			state := t.TempDir()
+			admin := configfs.NewWithOps(k.Root, k.Admin())
+			must(t, admin.SetISER(ids[2], false)) // the admin's, before the outage
+			crashed := false
+			e := sharedEngine(t, k, clk, func(p string) bool {
+				if p == point {
+					crashed = true
+				}
+				return p == point
+			}, state)
+			_, err := e.Reconcile(context.Background())
+			must(t, err)
+			k.RemoveDevice("rxe0")
+			k.AddDevice("rxe0", 0x11, "veth0")
+			if _, err := e.Reconcile(context.Background()); !errors.Is(err, rebind.ErrCrashed) || !crashed {
+				t.Fatalf("no crash at %s: %v", point, err)
+			}
+			e2 := sharedEngine(t, k, clk, nil, state)
+			_, err = e2.Reconcile(context.Background())
+			must(t, err)
+			for _, id := range ids[:2] {
+				if !k.Listening("ib_isert", id) {
+					t.Errorf("%s not listening after the restart: %s", id, k)
+				}
+				if p, _ := k.FS().Portal(id); !p.ISER {
+					t.Errorf("%s reads iser=0 after the restart", id)
+				}
+			}
+			if p, _ := k.FS().Portal(ids[2]); p.ISER {
+				t.Error("the admin's iser=0 was undone")
+			}
+			if files := journalFiles(t, state+"/journal"); len(files) != 0 {
+				t.Errorf("journal left: %q", files)
+			}
+		})
+	}
+}
+
+func TestVLANAndMacvlanAddressesHeal(t *testing.T) {
+	k := configfstest.New(t)
+	k.AddNetdev("veth0")
+	k.AddUpper("veth0.100", "veth0")
+	k.AddUpper("mv0", "veth0")
+	k.AddAddr("veth0.100", "192.0.2.1")
+	k.AddAddr("mv0", "198.51.100.1")
+	k.AddDevice("rxe0", 0x11, "veth0")
+	k.AddSubsystem(nqnA)
+	k.AddPort("1", "rdma", "ipv4", "192.0.2.1", "4420")
+	k.AddPort("2", "rdma", "ipv4", "198.51.100.1", "4420")
+	k.AddPortal(iqn, "tpgt_1", "192.0.2.1:3260")
+	admin := configfs.NewWithOps(k.Root, k.Admin())
+	must(t, admin.Relink("1", configfs.Link{Name: nqnA, NQN: nqnA}))
+	must(t, admin.Relink("2", configfs.Link{Name: nqnA, NQN: nqnA}))
+	must(t, admin.SetISER(iqn+"/tpgt_1/192.0.2.1:3260", true))
+	clk := newClock()
+	e := sharedEngine(t, k, clk, nil, t.TempDir())
+	items, err := e.Reconcile(context.Background())
+	must(t, err)
+	if it := item(items, "1"); it.Carrier != "rxe0" || it.Netdev != "veth0.100" || it.State != rebind.StateListening {
+		t.Fatalf("port 1 before the reset: %+v", it)
+	}
+	k.HoldGIDs = true
+	k.RemoveDevice("rxe0")
+	k.AddDevice("rxe0", 0x11, "veth0")
+	e.Poke()
+	items, err = e.Reconcile(context.Background())
+	must(t, err)
+	if it := item(items, "1"); it.RetryAt.IsZero() || !strings.Contains(it.Reason, "waiting for an RDMA device to carry") {
+		t.Fatalf("port 1 with an empty GID table: %+v", it)
+	}
+	k.FillGIDs("rxe0")
+	clk.advance(100 * time.Millisecond)
+	_, err = e.Reconcile(context.Background())
+	must(t, err)
+	for _, id := range []string{"1", "2"} {
+		if !k.Listening("nvmet_rdma", id) {
+			t.Errorf("port %s not healed: %s", id, k)
+		}
+	}
+	if !k.Listening("ib_isert", iqn+"/tpgt_1/192.0.2.1:3260") {
+		t.Errorf("portal not healed: %s", k)
+	}
+}
+
+func TestStrandedListenerIsRebound(t *testing.T) {
+	for _, pin := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pin_device=%v", pin), func(t *testing.T) {
+			k := configfstest.New(t)
+			k.AddAddr("veth0", "192.0.2.3")
+			k.AddAddr("veth2", "192.0.2.9")
+			k.AddDevice("rxe0", 0x11, "veth0")
+			k.AddDevice("rxe1", 0x22, "veth2")
+			k.AddSubsystem(nqnA)
+			k.AddPort("1", "rdma", "ipv4", "192.0.2.3", "4420")
+			k.AddPortal(iqn, "tpgt_1", "192.0.2.3:3260")
+			p := iqn + "/tpgt_1/192.0.2.3:3260"
+			admin := configfs.NewWithOps(k.Root, k.Admin())
+			must(t, admin.Relink("1", configfs.Link{Name: nqnA, NQN: nqnA}))
+			must(t, admin.SetISER(p, true))
+			clk := newClock()
+			j, err := rebind.OpenJournal(t.TempDir())
+			must(t, err)
+			cfg := rebind.DefaultConfig()
+			cfg.PinDevice = pin
+			e := rebind.New(rebind.Options{FS: k.FS(), Kernel: k, Journal: j, Config: cfg, Now: clk.now})
+			_, err = e.Reconcile(context.Background())
+			must(t, err)
+			k.MoveAddr("veth0", "veth2", "192.0.2.3")
+			k.ResetLog()
+			items, err := e.Reconcile(context.Background())
+			must(t, err)
+			if it := item(items, "1"); it.State != rebind.StateStranded || it.Device != "rxe0" || it.Carrier != "rxe1" || *it.Listening {
+				t.Fatalf("port 1 after the move: %+v", it)
+			}
+			if len(k.Log()) != 0 {
+				t.Fatalf("wrote within the repair grace: %q", k.LogStrings())
+			}
+			if h, _ := rebind.Check(rebind.Report(rebind.Snapshot{Items: items}, "test")); h != rebind.Dead {
+				t.Errorf("check says %v for a stranded listener", h)
+			}
+			clk.advance(6 * time.Second)
+			_, err = e.Reconcile(context.Background())
+			must(t, err)
+			want := "rxe1"
+			if pin {
+				want = "rxe0"
+			}
+			if got := k.ListeningOn("nvmet_rdma", "1"); got != want {
+				t.Errorf("port 1 listens on %q, want %q", got, want)
+			}
+			if got := k.ListeningOn("ib_isert", p); got != want {
+				t.Errorf("portal listens on %q, want %q", got, want)
+			}
+			if !pin {
+				// And back: stranded again on rxe1, rebound to rxe0.
+				k.MoveAddr("veth2", "veth0", "192.0.2.3")
+				_, err = e.Reconcile(context.Background())
+				must(t, err)
+				clk.advance(6 * time.Second)
+				_, err = e.Reconcile(context.Background())
+				must(t, err)
+				if got := k.ListeningOn("nvmet_rdma", "1"); got != "rxe0" {
+					t.Errorf("after the move back, port 1 listens on %q", got)
+				}
+			}
+		})
+	}
+}
+
+// A manual rebind goes through graces and backoff.
+func TestRetryForcesStrandedHeal(t *testing.T) {
+	k := configfstest.New(t)
+	k.AddAddr("veth0", "192.0.2.3")
+	k.AddAddr("veth2", "192.0.2.9")
+	k.AddDevice("rxe0", 0x11, "veth0")
+	k.AddDevice("rxe1", 0x22, "veth2")
+	k.AddSubsystem(nqnA)
+	k.AddPort("1", "rdma", "ipv4", "192.0.2.3", "4420")
+	must(t, configfs.NewWithOps(k.Root, k.Admin()).Relink("1", configfs.Link{Name: nqnA, NQN: nqnA}))
+	clk := newClock()
+	e := sharedEngine(t, k, clk, nil, t.TempDir())
+	_, err := e.Reconcile(context.Background())
+	must(t, err)
+	k.MoveAddr("veth0", "veth2", "192.0.2.3")
+	_, err = e.Reconcile(context.Background())
+	must(t, err)
+	e.Retry(rebind.Key{Kind: rebind.KindNvmet, ID: "1"})
+	_, err = e.Reconcile(context.Background())
+	must(t, err)
+	if got := k.ListeningOn("nvmet_rdma", "1"); got != "rxe1" {
+		t.Errorf("manual rebind: listens on %q", got)
+	}
+}
+
+func mustAddrPort(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
