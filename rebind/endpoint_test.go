@@ -192,7 +192,7 @@ func TestPlanEndpoints(t *testing.T) {
 				o.Ports = []configfs.Port{port1}
 				o.Listeners = []kernel.CMID{listen("nvmet_rdma", "rxe1", 4, "192.0.2.1:4420")}
 			},
-			mem: func(m *rebind.Memory) { m.DeadSince[epN] = now.Add(-2 * time.Second) },
+			mem:   func(m *rebind.Memory) { m.DeadSince[epN] = now.Add(-2 * time.Second) },
 			state: map[string]rebind.State{"1": rebind.StateStranded},
 		},
 		{

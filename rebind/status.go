@@ -7,15 +7,15 @@ import (
 // ListenerStatus is one line of `status --json`. The field names are a
 // contract that scripts use: keep them stable.
 type ListenerStatus struct {
-	Kind       string     `json:"kind"`    // "nvmet" or "lio"
-	ID         string     `json:"id"`      // port id, or <iqn>/<tpgt_N>/<np>
-	Address    string     `json:"address"` // "192.0.2.1", "2001:db8::1"
-	Service    string     `json:"service"` // "4420"
-	Managed    bool       `json:"managed"`
-	Reason     string     `json:"reason"`
-	Listening  *bool      `json:"listening"` // null: unknown
-	Device     string     `json:"device"` // RDMA device of the LISTEN entry, else the one that would carry the address
-	Netdev     string     `json:"netdev"`
+	Kind      string `json:"kind"`    // "nvmet" or "lio"
+	ID        string `json:"id"`      // port id, or <iqn>/<tpgt_N>/<np>
+	Address   string `json:"address"` // "192.0.2.1", "2001:db8::1"
+	Service   string `json:"service"` // "4420"
+	Managed   bool   `json:"managed"`
+	Reason    string `json:"reason"`
+	Listening *bool  `json:"listening"` // null: unknown
+	Device    string `json:"device"`    // RDMA device of the LISTEN entry, else the one that would carry the address
+	Netdev    string `json:"netdev"`
 	// Endpoint is the kernel listener the object holds: "<owner> <addr>:<port>".
 	Endpoint string `json:"endpoint,omitempty"`
 	// Sharers counts the configfs objects holding that listener (LIO
@@ -25,8 +25,8 @@ type ListenerStatus struct {
 	// longer carries the address), "unknown", or "" when nothing is expected.
 	State string `json:"state"`
 	// RDMADevice and RDMAPort carry the address now (the GID table).
-	RDMADevice string `json:"rdma_device"`
-	RDMAPort   uint32 `json:"rdma_port"`
+	RDMADevice string     `json:"rdma_device"`
+	RDMAPort   uint32     `json:"rdma_port"`
 	Expected   bool       `json:"expected"` // a listener should exist (links, iser=1)
 	DeadSince  *time.Time `json:"dead_since,omitempty"`
 	LastAction string     `json:"last_action,omitempty"`
