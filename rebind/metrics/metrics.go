@@ -32,7 +32,7 @@ type Collector struct {
 func NewCollector(eng *rebind.Engine, events *udev.Stats) *Collector {
 	return &Collector{
 		eng: eng, events: events,
-		listeners:  prometheus.NewDesc(ns+"_listeners", "RDMA listeners by kind and state: managed, alive, dead, unknown (managed and expected ones only for the last three).", []string{"kind", "state"}, nil),
+		listeners:  prometheus.NewDesc(ns+"_listeners", "RDMA listeners by kind and state: managed, alive, dead, stranded (LISTEN on a device that no longer carries the address), unknown (managed and expected ones only for the last four).", []string{"kind", "state"}, nil),
 		rebinds:    prometheus.NewDesc(ns+"_rebinds_total", "Rebind attempts by result: ok, refused (address/device not ready), unverified (no LISTEN after), error.", []string{"result"}, nil),
 		latency:    prometheus.NewDesc(ns+"_last_relisten_seconds", "Time from the first write of the last successful rebind to LISTEN verified.", nil, nil),
 		pending:    prometheus.NewDesc(ns+"_pending_retries", "Listeners waiting for a backoff retry.", nil, nil),
@@ -55,7 +55,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	snap := c.eng.Snapshot()
 	counts := map[[2]string]float64{}
 	for _, k := range []string{"nvmet", "lio"} {
-		for _, s := range []string{"managed", "alive", "dead", "unknown"} {
+		for _, s := range []string{"managed", "alive", "dead", "stranded", "unknown"} {
 			counts[[2]string{k, s}] = 0
 		}
 	}
@@ -73,6 +73,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			counts[[2]string{k, "unknown"}]++
 		case *it.Listening:
 			counts[[2]string{k, "alive"}]++
+		case it.State == rebind.StateStranded:
+			counts[[2]string{k, "stranded"}]++
 		default:
 			counts[[2]string{k, "dead"}]++
 		}
