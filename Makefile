@@ -34,7 +34,7 @@ demo:
 # real-kernel re-listen latency over 20 resets on both kernels next to a
 # scripted relink, the trigger latency, and the idle cost over 10 minutes.
 bench:
-	$(GO) test -run '^$$' -bench 'ObservePlan|ReconcileOnePercentDead' -benchmem -benchtime 10x ./rebind/
+	$(GO) test -run '^$$' -bench 'ObservePlan|ReconcileOnePercentDead|SharedPortalHeal' -benchmem -benchtime 10x ./rebind/
 	$(GO) test -run '^$$' -bench 'EventToFirstWrite' -benchtime 10000x ./rebind/
 	$(GO) test -run '^$$' -bench . -benchmem ./rebind/kernel/
 	NVMET_REBIND_E2E_BENCH=20 NVMET_REBIND_E2E_SCENARIOS='^bench$$' $(GO) test -count=1 -timeout 60m -run '^TestE2E$$' -v ./tests/

@@ -100,3 +100,31 @@ func BenchmarkReconcileOnePercentDead(b *testing.B) {
 }
 
 func ipOf(i int) string { return fmt.Sprintf("10.%d.%d.%d", i/62500, i/250%250, i%250+1) }
+
+// BenchmarkSharedPortalHeal: n targets share one iSER portal (Cinder's
+// layout); the device resets and one reconcile heals the shared listener
+// (journal n entries, n zeros, n ones, verify once). ns/op is that round.
+func BenchmarkSharedPortalHeal(b *testing.B) {
+	for _, n := range []int{256, 1024} {
+		b.Run(fmt.Sprintf("sharers=%d", n), func(b *testing.B) {
+			k, ids, _ := sharedWorld(b, n)
+			clk := newClock()
+			e := sharedEngine(b, k, clk, nil, stateDir(b))
+			if _, err := e.Reconcile(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				b.StopTimer()
+				k.RemoveDevice("rxe0")
+				k.AddDevice("rxe0", 0x11, "veth0")
+				b.StartTimer()
+				if _, err := e.Reconcile(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				if !k.Listening("ib_isert", ids[n-1]) {
+					b.Fatal("not healed in one round")
+				}
+			}
+		})
+	}
+}
