@@ -11,7 +11,7 @@ PIDS=/tmp/e2e/pids
 W=/tmp/e2e/work/${E2E_NAME:-init}
 mkdir -p "$PIDS" "$W"
 
-MODULES="configfs veth dummy null_blk libcrc32c rdma_rxe ib_uverbs ib_umad rdma_ucm rdma_cm nvmet nvmet-rdma nvme-fabrics nvme-rdma target_core_mod target_core_file target_core_iblock iscsi_target_mod ib_isert"
+MODULES="configfs veth dummy 8021q macvlan bonding null_blk libcrc32c rdma_rxe ib_uverbs ib_umad rdma_ucm rdma_cm nvmet nvmet-rdma nvme-fabrics nvme-rdma target_core_mod target_core_file target_core_iblock iscsi_target_mod ib_isert"
 
 info() { echo "E2E INFO $*"; }
 
@@ -84,6 +84,8 @@ load_modules() {
 		case $m in
 		null_blk) modprobe null_blk nr_devices=4 || return 1 ;;
 		dummy) modprobe dummy numdummies=0 || return 1 ;;
+		# bonding would create a bond0 by itself.
+		bonding) modprobe bonding max_bonds=0 || return 1 ;;
 		*) modprobe "$m" || { echo "modprobe $m failed"; return 1; } ;;
 		esac
 	done
@@ -233,7 +235,8 @@ need_daemon() {
 	[ -x "$DAEMON" ] || fail "nvmet-rebind binary not available: $(head -n 1 /e2e/daemon-missing 2>/dev/null)"
 }
 
-# write_config [GIVE_UP] [SUBNETS…]: writes $W/config.toml.
+# write_config [GIVE_UP] [SUBNETS…]: writes $W/config.toml. PIN_DEVICE=true
+# in the environment sets [policy] pin_device (default false).
 write_config() {
 	_gu=${1:-0}
 	[ $# -gt 0 ] && shift
@@ -242,7 +245,7 @@ write_config() {
 	for _s in "$@"; do
 		printf '[[watch]]\nsubnet = "%s"\n\n' "$_s" >>"$W/config.toml"
 	done
-	printf '[policy]\ngive_up_after = "%s"\npin_device = false\nresync_interval = "30s"\n' "$_gu" >>"$W/config.toml"
+	printf '[policy]\ngive_up_after = "%s"\npin_device = %s\nresync_interval = "30s"\n' "$_gu" "${PIN_DEVICE:-false}" >>"$W/config.toml"
 }
 
 # rb ARGS…: the nvmet-rebind CLI with this scenario's config and state dir.
@@ -404,3 +407,73 @@ check_rc() {
 ctrl_count() { dmesg | grep -c 'nvmet: creating .*controller'; }
 # port_enables ID: how often nvmet-rdma enabled port ID (dmesg).
 port_enables() { dmesg | grep -c "nvmet_rdma: enabling port $1 "; }
+
+# ---- carriers, address moves, hosts (layout scenarios 30-37) ------------------------
+# rdma_cm binds a listener to the RDMA port whose RoCE GID table holds the
+# address (IPv4 as ::ffff:a.b.c.d), whatever netdev the address is on: a VLAN,
+# a macvlan or a bond above the device's netdev.
+
+# gid_v4 ADDR: the GID of an IPv4 address as sysfs prints it.
+gid_v4() {
+	# shellcheck disable=SC2046
+	set -- $(echo "$1" | tr . ' ')
+	printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x\n' "$1" "$2" "$3" "$4"
+}
+
+# gid_entries ADDR: "dev/port index ndev type" of every GID table entry that
+# holds ADDR (IPv4), one a line.
+gid_entries() {
+	grep -slx "$(gid_v4 "$1")" /sys/class/infiniband/*/ports/*/gids/* 2>/dev/null |
+		while read -r _f; do
+			_i=${_f##*/} _p=${_f%/gids/*}
+			_d=${_p%/ports/*}
+			echo "${_d##*/}/${_p##*/} $_i $(cat "$_p/gid_attrs/ndevs/$_i" 2>/dev/null) $(cat "$_p/gid_attrs/types/$_i" 2>/dev/null)"
+		done
+}
+
+# gid_carriers ADDR: the "dev/port" that carry ADDR now, sorted, one a line.
+gid_carriers() { gid_entries "$1" | cut -d' ' -f1 | sort -u; }
+
+# wait_carrier ADDR DEV/PORT TIMEOUT_S: until DEV/PORT is the only carrier.
+wait_carrier() {
+	_i=0
+	while [ "$(gid_carriers "$1")" != "$2" ]; do
+		[ $_i -ge $(($3 * 5)) ] && return 1
+		sleep 0.2
+		_i=$((_i + 1))
+	done
+}
+
+# move_addr ADDR/LEN FROM TO: the address leaves netdev FROM for TO (an HA
+# address move, an admin's re-addressing).
+move_addr() {
+	log "address ${1%/*}: $2 -> $3"
+	ip addr del "$1" dev "$2" && addr "$3" "$1"
+}
+
+# cmid_line COMM ADDR PORT: the `rdma resource show cm_id` LISTEN line(s) of
+# that listener; its cm-idn changes whenever the listener is re-created.
+cmid_line() {
+	rdma resource show cm_id 2>/dev/null | grep " state LISTEN .*comm \[$1\] .*src-addr $2:$3 " |
+		sed 's/ *dev-type.*//; s/ *ps TCP//'
+}
+
+# host_connect ADDR SVC NQN: `nvme connect` over RDMA, then wait for the
+# namespace's block device; sets CTRL (nvmeN).
+host_connect() {
+	CTRL=
+	run nvme connect -t rdma -a "$1" -s "$2" -n "$3" || return 1
+	for _i in $(seq 50); do
+		for _c in /sys/class/nvme/nvme*; do
+			[ -e "$_c/subsysnqn" ] && [ "$(cat "$_c/subsysnqn")" = "$3" ] && CTRL=${_c##*/}
+		done
+		[ -n "$CTRL" ] && [ -b "/dev/${CTRL}n1" ] && return 0
+		sleep 0.1
+	done
+	log "no block device for $3 after nvme connect"
+	return 1
+}
+# host_io: read 1 MiB from $CTRL's namespace.
+host_io() { run dd if="/dev/${CTRL}n1" of=/dev/null bs=64k count=16; }
+# host_disconnect NQN
+host_disconnect() { run nvme disconnect -n "$1"; }

@@ -15,7 +15,7 @@ import (
 // GuestModules are the modules the guest loads at boot, in this order.
 // Optional ones (crc32 variants, siw) may be missing from a kernel.
 var GuestModules = []string{
-	"configfs", "veth", "dummy", "null_blk", "libcrc32c",
+	"configfs", "veth", "dummy", "8021q", "macvlan", "bonding", "null_blk", "libcrc32c",
 	"crypto-crc32", "crypto-crc32c",
 	"rdma_rxe", "ib_uverbs", "ib_umad", "rdma_ucm", "rdma_cm",
 	"nvmet", "nvmet-rdma", "nvme-fabrics", "nvme-rdma",
