@@ -239,7 +239,7 @@ func TestPlanEndpoints(t *testing.T) {
 			},
 			mem: func(m *rebind.Memory) {
 				m.NextTry[epL] = now.Add(time.Second)
-				m.Forced[epL] = true
+				m.Forced[key(pA)] = true
 			},
 			heals: []rebind.Heal{{Endpoint: epL, Action: rebind.ActToggleISER, Reason: "listener dead (iser reads 1)", Keys: []rebind.Key{key(pA)},
 				Steps: []rebind.Step{put(pA), iser(pA, false), iser(pA, true), del(pA)}}},

@@ -144,23 +144,17 @@ func (e *Engine) Config() Config {
 }
 
 // Retry forgets the give-up window, backoff and graces of the endpoint of
-// one object (a manual rebind request).
+// one object (a manual rebind request): its next heal is not held back.
 func (e *Engine) Retry(k Key) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.mem.Forced[k] = true
 	for _, it := range e.last {
-		if it.Key != k || !it.Endpoint.Addr.IsValid() {
-			continue
+		if it.Key == k && it.Endpoint.Addr.IsValid() {
+			delete(e.mem.DeadSince, it.Endpoint)
+			delete(e.mem.NextTry, it.Endpoint)
+			delete(e.mem.Backoff, it.Endpoint)
 		}
-		ep := it.Endpoint
-		delete(e.mem.DeadSince, ep)
-		delete(e.mem.NextTry, ep)
-		delete(e.mem.AliveOn, ep) // the admin asks now: no removal grace
-		delete(e.mem.Backoff, ep)
-		if e.mem.Forced == nil {
-			e.mem.Forced = map[Endpoint]bool{}
-		}
-		e.mem.Forced[ep] = true
 	}
 }
 

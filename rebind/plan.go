@@ -170,15 +170,15 @@ type Memory struct {
 	// right now, and a rebind would race the removal.
 	AliveOn map[Endpoint]uint32
 	Pins    map[Key]uint64 // node GUID the object's listener was last alive on
-	// Forced endpoints were asked for by `nvmet-rebind rebind`: give-up,
-	// graces and backoff do not hold them back, once.
-	Forced map[Endpoint]bool
+	// Forced objects were asked for by `nvmet-rebind rebind`: give-up,
+	// graces and backoff do not hold their endpoint back, once.
+	Forced map[Key]bool
 }
 
 // NewMemory returns an empty memory.
 func NewMemory() Memory {
 	return Memory{DeadSince: map[Endpoint]time.Time{}, NextTry: map[Endpoint]time.Time{}, Backoff: map[Endpoint]time.Duration{},
-		AliveOn: map[Endpoint]uint32{}, Pins: map[Key]uint64{}, Forced: map[Endpoint]bool{}}
+		AliveOn: map[Endpoint]uint32{}, Pins: map[Key]uint64{}, Forced: map[Key]bool{}}
 }
 
 // Grace periods and rechecks.
@@ -937,8 +937,10 @@ func gate(ep Endpoint, g *group, st State, entry kernel.CMID, obs Observed, mem 
 	if st == StateStranded && cfg.PinDevice {
 		return fmt.Sprintf("pin_device = true: left on %s", entry.DevName), time.Time{}, false
 	}
-	if mem.Forced[ep] {
-		return "", time.Time{}, true
+	for _, hd := range g.holders {
+		if mem.Forced[items[hd.item].Key] {
+			return "", time.Time{}, true
+		}
 	}
 	since, ok := mem.DeadSince[ep]
 	if !ok {
@@ -1043,7 +1045,9 @@ func Learn(mem Memory, eps []EndpointState, items []Item, outcomes []Outcome, no
 		present[e.Endpoint] = true
 		switch e.State {
 		case StateListening:
-			delete(out.Forced, e.Endpoint)
+			for _, k := range e.Keys {
+				delete(out.Forced, k)
+			}
 			out.AliveOn[e.Endpoint] = e.DevIndex + 1
 			delete(out.DeadSince, e.Endpoint)
 			delete(out.NextTry, e.Endpoint)
@@ -1064,7 +1068,9 @@ func Learn(mem Memory, eps []EndpointState, items []Item, outcomes []Outcome, no
 	}
 	for _, o := range outcomes {
 		ep := o.Endpoint
-		delete(out.Forced, ep)
+		for _, k := range o.Keys {
+			delete(out.Forced, k)
+		}
 		if o.Result == "ok" || o.Result == "" {
 			delete(out.Backoff, ep)
 			delete(out.NextTry, ep)
@@ -1087,6 +1093,11 @@ func Learn(mem Memory, eps []EndpointState, items []Item, outcomes []Outcome, no
 	keys := map[Key]bool{}
 	for _, it := range items {
 		keys[it.Key] = true
+	}
+	for k := range out.Forced {
+		if !keys[k] {
+			delete(out.Forced, k)
+		}
 	}
 	for k := range out.Pins {
 		if !keys[k] {
