@@ -620,3 +620,58 @@ func TestRetryForcesStrandedHeal(t *testing.T) {
 }
 
 func mustAddrPort(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+// `nvmet-rebind plan` prints exactly the steps Apply executes: the
+// described steps of a planned heal are the writes the fake then logs.
+func TestPlanDescribesWhatApplyWrites(t *testing.T) {
+	k, ids, _ := sharedWorld(t, 2)
+	clk := newClock()
+	e := sharedEngine(t, k, clk, nil, t.TempDir())
+	_, err := e.Reconcile(context.Background())
+	must(t, err)
+	k.RemoveDevice("rxe0")
+	k.AddDevice("rxe0", 0x11, "veth0")
+	pl, _, err := e.PlanAll()
+	must(t, err)
+	var described []string
+	for _, h := range pl.Heals {
+		for _, s := range h.Steps {
+			described = append(described, s.Describe("/cfg"))
+		}
+	}
+	want := []string{
+		"journal lio portal " + ids[0] + "    (if the portal exists and iser reads 1)",
+		"journal lio portal " + ids[1] + "    (if the portal exists and iser reads 1)",
+		"echo 0 > /cfg/target/iscsi/iqn.2024-01.lab:vol-0000/tpgt_1/np/192.0.2.1:3260/iser    (if the portal exists and iser reads 1)",
+		"echo 0 > /cfg/target/iscsi/iqn.2024-01.lab:vol-0001/tpgt_1/np/192.0.2.1:3260/iser    (if the portal exists and iser reads 1)",
+		"echo 1 > /cfg/target/iscsi/iqn.2024-01.lab:vol-0000/tpgt_1/np/192.0.2.1:3260/iser    (if the portal exists and iser reads 0)",
+		"echo 1 > /cfg/target/iscsi/iqn.2024-01.lab:vol-0001/tpgt_1/np/192.0.2.1:3260/iser    (if the portal exists and iser reads 0)",
+		"forget the journal entry of lio portal " + ids[0],
+		"forget the journal entry of lio portal " + ids[1],
+		"journal lio portal iqn.2024-01.lab:own/tpgt_1/192.0.2.1:3261    (if the portal exists and iser reads 1)",
+		"echo 0 > /cfg/target/iscsi/iqn.2024-01.lab:own/tpgt_1/np/192.0.2.1:3261/iser    (if the portal exists and iser reads 1)",
+		"echo 1 > /cfg/target/iscsi/iqn.2024-01.lab:own/tpgt_1/np/192.0.2.1:3261/iser    (if the portal exists and iser reads 0)",
+		"forget the journal entry of lio portal iqn.2024-01.lab:own/tpgt_1/192.0.2.1:3261",
+	}
+	if diff := cmp.Diff(want, described); diff != "" {
+		t.Errorf("plan (-want +got):\n%s", diff)
+	}
+	k.ResetLog()
+	_, err = e.Reconcile(context.Background())
+	must(t, err)
+	var writes []string
+	for _, w := range k.LogStrings() {
+		writes = append(writes, w)
+	}
+	wantWrites := []string{}
+	for _, d := range described {
+		if v, ok := strings.CutPrefix(d, "echo "); ok {
+			val, path, _ := strings.Cut(v, " > /cfg/")
+			path, _, _ = strings.Cut(path, "    ")
+			wantWrites = append(wantWrites, "write "+path+" "+val)
+		}
+	}
+	if diff := cmp.Diff(wantWrites, writes); diff != "" {
+		t.Errorf("writes differ from the plan (-plan +applied):\n%s", diff)
+	}
+}
