@@ -340,6 +340,7 @@ cleanup_all() {
 		rm -f "$_p"
 	done
 	nvme disconnect-all >/dev/null 2>&1
+	iscsi_cleanup
 	for _tpg in $T/iscsi/*/tpgt_*; do
 		[ -d "$_tpg" ] || continue
 		echo 0 >"$_tpg/enable" 2>/dev/null
@@ -407,6 +408,120 @@ check_rc() {
 ctrl_count() { dmesg | grep -c 'nvmet: creating .*controller'; }
 # port_enables ID: how often nvmet-rdma enabled port ID (dmesg).
 port_enables() { dmesg | grep -c "nvmet_rdma: enabling port $1 "; }
+
+# ---- shared iSER listeners (shared-iser-* scenarios) ------------------------------
+# One kernel iSER listener serves every TPG portal with the same address:port
+# and iser=1, across targets (KERNEL.md). These helpers take the address, the
+# port, then the IQNs of the sharers (tpgt_1 each). They use shell builtins
+# only in their loops (no fork per sharer: 256 sharers under TCG).
+
+# lio_np IQN ADDR PORT: the np directory of IQN's tpgt_1.
+lio_np() { echo "$T/iscsi/$1/tpgt_1/np/$(np_name "$2" "$3")"; }
+
+# lio_bare_portal IQN ADDR PORT: a target with tpgt_1 and one np with iser=1,
+# no LUN, TPG not enabled (iser=1 listens anyway): the cheap sharer.
+lio_bare_portal() {
+	_np=$(lio_np "$1" "$2" "$3")
+	mkdir -p "$_np" && echo 1 >"$_np/iser"
+}
+
+# isers ADDR PORT IQN…: "iqn=value" of every sharer on one line ("gone" when
+# the np does not exist).
+isers() {
+	_n=$(np_name "$1" "$2")
+	shift 2
+	_out=
+	for _q in "$@"; do
+		_v=gone
+		[ -f "$T/iscsi/$_q/tpgt_1/np/$_n/iser" ] && read -r _v <"$T/iscsi/$_q/tpgt_1/np/$_n/iser"
+		_out="$_out $_q=$_v"
+	done
+	echo "${_out# }"
+}
+
+# all_iser WANT ADDR PORT IQN…: every sharer's iser reads WANT; otherwise
+# prints those that do not (iqn=value, "gone" for a missing np), returns 1.
+all_iser() {
+	_want=$1
+	_n=$(np_name "$2" "$3")
+	shift 3
+	_bad=
+	for _q in "$@"; do
+		_v=gone
+		[ -f "$T/iscsi/$_q/tpgt_1/np/$_n/iser" ] && read -r _v <"$T/iscsi/$_q/tpgt_1/np/$_n/iser"
+		[ "$_v" = "$_want" ] || _bad="$_bad $_q=$_v"
+	done
+	[ -z "$_bad" ] && return 0
+	echo "${_bad# }"
+	return 1
+}
+
+# set_isers VALUE ADDR PORT IQN…: write VALUE to every sharer's iser, in
+# order. Stops at the first refused write (returns 1).
+set_isers() {
+	_val=$1
+	_n=$(np_name "$2" "$3")
+	shift 3
+	for _q in "$@"; do
+		echo "$_val" >"$T/iscsi/$_q/tpgt_1/np/$_n/iser" || return 1
+	done
+}
+
+# status_field LINE KEY: the value of KEY in an e2eutil status line (quotes
+# of string values with blanks removed; empty when absent or empty).
+status_field() {
+	printf ' %s\n' "$1" | sed -n "s/.* $2=\"\\([^\"]*\\)\".*/\\1/p; t; s/.* $2=\\([^ ]*\\).*/\\1/p"
+}
+
+# status_expect PHASE KIND ID KEY=VALUE…: the `status --json` entry of one
+# listener has these values; fails the scenario naming the first that differs.
+status_expect() {
+	_ph=$1 _k=$2 _id=$3
+	shift 3
+	_l=$(status_of "$_k" "$_id") || fail "$_ph: status --json has no $_k listener '$_id' (ids: $(e2eutil status <"$W/status.json" 2>/dev/null | sed 's/.* id=\([^ ]*\) .*/\1/' | head -n 8 | tr '\n' ' '))"
+	for _kv in "$@"; do
+		_key=${_kv%%=*}
+		_want=${_kv#*=}
+		_got=$(status_field "$_l" "$_key")
+		[ "$_got" = "$_want" ] || fail "$_ph: status --json of $_k '$_id': $_key is '$_got', want '$_want' (entry: $_l)"
+	done
+}
+
+# ---- iSCSI/TCP initiator (open-iscsi) -----------------------------------------------
+
+# iscsid_start: open-iscsi's iscsid in the foreground, in its own session
+# (on SIGTERM it signals its whole process group); pid in $PIDS so that
+# cleanup_all logs every session out and ends it.
+iscsid_start() {
+	modprobe iscsi_tcp || return 1
+	modprobe sd_mod || return 1
+	mkdir -p /run/lock/iscsi /etc/iscsi/nodes /etc/iscsi/send_targets /etc/iscsi/ifaces
+	setsid iscsid -f >>"$W/iscsid.log" 2>&1 &
+	ISCSID_PID=$!
+	echo $ISCSID_PID >"$PIDS/iscsid-$ISCSID_PID"
+	_i=0
+	while [ $_i -lt 50 ]; do
+		# 0 = sessions, 21 = none: either way iscsid answers.
+		iscsiadm -m session >/dev/null 2>&1
+		case $? in 0 | 21) return 0 ;; esac
+		kill -0 $ISCSID_PID 2>/dev/null || return 1
+		sleep 0.1
+		_i=$((_i + 1))
+	done
+	return 1
+}
+
+# iscsi_cleanup: log every iSCSI session out and stop iscsid (cleanup_all).
+iscsi_cleanup() {
+	for _p in "$PIDS"/iscsid-*; do
+		[ -f "$_p" ] || continue
+		iscsiadm -m node -U all >/dev/null 2>&1
+		kill -TERM "$(cat "$_p")" 2>/dev/null
+		sleep 0.2
+		kill -KILL "$(cat "$_p")" 2>/dev/null
+		rm -f "$_p"
+	done
+}
 
 # ---- carriers, address moves, hosts (layout scenarios 30-37) ------------------------
 # rdma_cm binds a listener to the RDMA port whose RoCE GID table holds the

@@ -11,7 +11,7 @@ import (
 )
 
 // HostPackages are the Debian packages the harness needs on the host.
-var HostPackages = []string{"qemu-system-x86", "busybox-static", "dash", "kmod", "iproute2", "nvme-cli", "cpio"}
+var HostPackages = []string{"qemu-system-x86", "busybox-static", "dash", "kmod", "iproute2", "nvme-cli", "cpio", "open-iscsi"}
 
 // hostTools maps each tool the harness uses to its Debian package.
 var hostTools = []struct{ tool, pkg string }{
@@ -23,6 +23,8 @@ var hostTools = []struct{ tool, pkg string }{
 	{"ip", "iproute2"},
 	{"rdma", "iproute2"},
 	{"nvme", "nvme-cli"},
+	{"iscsid", "open-iscsi"}, // the guest's iSCSI/TCP initiator (shared-iser-tcp)
+	{"iscsiadm", "open-iscsi"},
 	{"cpio", "cpio"},
 	{"dpkg-deb", "dpkg"},
 	{"apt-get", "apt"},

@@ -21,6 +21,7 @@ var GuestModules = []string{
 	"nvmet", "nvmet-rdma", "nvme-fabrics", "nvme-rdma",
 	"target_core_mod", "target_core_file", "target_core_iblock",
 	"iscsi_target_mod", "ib_isert",
+	"iscsi_tcp", "sd_mod", // iSCSI/TCP initiator (open-iscsi), loaded by the scenario that uses it
 }
 
 // optionalModules may be absent or built in.
@@ -28,7 +29,7 @@ var optionalModules = []string{"crc32_generic", "crc32c_generic", "crc32-pclmul"
 
 // baseFormat changes whenever the layout of the base initramfs changes, so
 // that cached images are rebuilt.
-const baseFormat = "base-v3"
+const baseFormat = "base-v4"
 
 // resolveModules returns the module files (absolute host paths) needed to
 // load the given modules, with their dependencies.
@@ -54,7 +55,8 @@ func resolveModules(k *Kernel, names []string, optional bool) (map[string]bool, 
 
 // BaseInitramfs builds (or reuses) the part of the initramfs that depends
 // only on the kernel and the host's tools: busybox, dash, kmod, iproute2,
-// nvme-cli with their libraries, the kernel modules and modules.dep.
+// nvme-cli, open-iscsi's iscsid and iscsiadm with their libraries, the
+// kernel modules and modules.dep.
 // extraModules are out-of-tree module files (siw.ko) to add under extra/.
 func BaseInitramfs(k *Kernel, extraModules []string) (string, error) {
 	cache, err := CacheDir()
@@ -65,6 +67,7 @@ func BaseInitramfs(k *Kernel, extraModules []string) (string, error) {
 	for guest, name := range map[string]string{
 		"/bin/dash": "dash", "/bin/busybox": "busybox", "/bin/kmod": "kmod",
 		"/sbin/ip": "ip", "/sbin/rdma": "rdma", "/usr/sbin/nvme": "nvme",
+		"/sbin/iscsid": "iscsid", "/sbin/iscsiadm": "iscsiadm",
 	} {
 		p, err := LookTool(name)
 		if err != nil {
@@ -151,6 +154,7 @@ func BaseInitramfs(k *Kernel, extraModules []string) (string, error) {
 	a.Bytes("/etc/group", []byte("root:x:0:\n"), 0o644)
 	a.Bytes("/etc/nvme/hostnqn", []byte("nqn.2014-08.org.nvmexpress:uuid:6c1f2c5e-3b1a-4d6e-9f4a-2b7c8d9e0a1b\n"), 0o644)
 	a.Bytes("/etc/nvme/hostid", []byte("6c1f2c5e-3b1a-4d6e-9f4a-2b7c8d9e0a1b\n"), 0o644)
+	a.Bytes("/etc/iscsi/initiatorname.iscsi", []byte("InitiatorName=iqn.2024-01.io.e2e:initiator\n"), 0o644)
 
 	// Modules: stage the subset, depmod it, add the tree.
 	stage, err := os.MkdirTemp(dir, "stage-")

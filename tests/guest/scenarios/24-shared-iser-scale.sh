@@ -1,0 +1,105 @@
+# shared-iser-scale: 256 targets share one iSER portal 192.0.2.1:3260 (the
+# OpenStack Cinder LIO layout: one target per volume). Each is a bare target:
+# tpgt_1 and one np with iser=1, no LUN, TPG not enabled (iser=1 listens
+# anyway). Two resets:
+#  - the daemon: ms from `rdma link add` to LISTEN (daemon_listen_ms) and to
+#    every sharer reading 1 again (daemon_complete_ms);
+#  - no daemon, a script started right after `rdma link add` that writes 0
+#    to every sharer, then 1 to every sharer (shell builtins, no fork per
+#    sharer): script_listen_ms, script_complete_ms.
+# The first iser=1 after every sharer went to 0 creates the listener; each
+# later 1 only attaches to it. Every iser=1 write makes the kernel call
+# request_module("ib_isert") (iscsi_target_configfs.c), i.e. spawn modprobe:
+# ~50 ms under TCG, so writing 1 to 256 sharers takes ~14 s here whoever
+# does it. setup_ms and teardown_ms (cleanup_all) are reported too.
+NT=256
+A=192.0.2.1
+P=3260
+need_daemon
+
+must veth veth0 veth1
+must addr veth0 $A/24
+must rxe_add rxe0 veth0
+t0=$(now)
+Q=
+i=1
+while [ $i -le $NT ]; do
+	q=iqn.2024-01.io.e2e:scale-$i
+	mkdir -p "$T/iscsi/$q/tpgt_1/np/$A:$P" || fail "setup: mkdir of target $i of $NT ($q) failed"
+	echo 1 >"$T/iscsi/$q/tpgt_1/np/$A:$P/iser" || fail "setup: iser=1 refused on target $i of $NT ($q)"
+	Q="$Q $q"
+	i=$((i + 1))
+done
+setup=$(e2eutil since "$t0")
+metric "setup_ms=$setup"
+log "$NT targets sharing $A:$P created in $setup ms"
+FIRST=iqn.2024-01.io.e2e:scale-1
+LAST=iqn.2024-01.io.e2e:scale-$NT
+listening ib_isert $A $P rxe0 || fail "$A:$P ($NT sharers) does not listen at setup"
+
+# outage: rdma link delete, the listener gone, every sharer still at 1.
+outage() {
+	must rdma_del rxe0
+	wait_gone ib_isert $A $P 10 || fail "$1: the shared iSER listener survived rdma link delete"
+	sleep 0.5
+	bad=$(all_iser 1 $A $P $Q) || fail "$1: iser changed during the outage: $(echo "$bad" | cut -c1-300)"
+}
+# complete PHASE T0: wait until every sharer reads 1; prints ms since T0.
+complete() {
+	_i=0
+	until bad=$(all_iser 1 $A $P $Q); do
+		[ $_i -ge 120 ] && fail "$1: $(echo "$bad" | wc -w) of $NT sharers not at iser=1 60 s after rdma link add: $(echo "$bad" | cut -c1-200)"
+		sleep 0.5
+		_i=$((_i + 1))
+	done
+	e2eutil since "$2"
+}
+
+# ---- the daemon ----
+write_config
+t=$(now)
+daemon_start || fail "daemon did not start"
+metric "daemon_start_ms=$(e2eutil since "$t")"
+status_expect "daemon, before" lio "$FIRST/tpgt_1/$A:$P" "endpoint=ib_isert $A:$P" sharers=$NT state=listening
+outage daemon
+t0=$(now)
+must rxe_add rxe0 veth0
+dl=$(wait_listen ib_isert $A $P 30 "$t0") || fail "daemon: $A:$P ($NT sharers) not listening 30 s after rdma link add"
+dc=$(complete daemon "$t0")
+metric "daemon_listen_ms=$dl"
+metric "daemon_complete_ms=$dc"
+log "daemon: LISTEN $dl ms, every sharer at 1 $dc ms after rdma link add"
+listening ib_isert $A $P rxe0 || fail "daemon: $A:$P stopped listening after every sharer went back to 1"
+status_expect "daemon, after" lio "$LAST/tpgt_1/$A:$P" "endpoint=ib_isert $A:$P" sharers=$NT state=listening rdma_device=rxe0
+check_rc || fail "daemon: check exits $? after the heal"
+daemon_alive || fail "the daemon died"
+daemon_stop
+
+# ---- the script floor, no daemon ----
+outage script
+t0=$(now)
+must rxe_add rxe0 veth0
+(
+	set_isers 0 $A $P $Q || exit 1
+	echo "$(e2eutil since "$t0")" >"$W/all0"
+	set_isers 1 $A $P $Q || exit 2
+) &
+sp=$!
+sl=$(wait_listen ib_isert $A $P 30 "$t0") || fail "script: $A:$P not listening 30 s after rdma link add"
+wait $sp || fail "script: an iser write was refused (exit $?: 1 = a 0, 2 = a 1)"
+sc=$(e2eutil since "$t0")
+bad=$(all_iser 1 $A $P $Q) || fail "script: sharers not at 1 after the script: $(echo "$bad" | cut -c1-200)"
+metric "script_all0_ms=$(cat "$W/all0")"
+metric "script_listen_ms=$sl"
+metric "script_complete_ms=$sc"
+log "script: every sharer at 0 after $(cat "$W/all0") ms, LISTEN $sl ms, every sharer at 1 $sc ms after rdma link add"
+listening ib_isert $A $P rxe0 || fail "script: $A:$P does not listen at the end"
+# Teardown through the shared cleanup (the /init runs it again after the
+# scenario): it must remove all the targets.
+t=$(now)
+cleanup_all >"$W/cleanup.out" 2>&1
+td=$(e2eutil since "$t")
+metric "teardown_ms=$td"
+left=$(ls "$T/iscsi" | grep -c '^iqn\.')
+[ "$left" = 0 ] || fail "cleanup_all left $left targets behind: $(ls "$T/iscsi" | head -n 3 | tr '\n' ' ')"
+pass "$NT sharers (setup $setup ms): daemon LISTEN $dl ms / all at 1 $dc ms; script LISTEN $sl ms / all at 1 $sc ms after rdma link add"
