@@ -51,6 +51,7 @@ func (l *LiveKernel) Devices() ([]kernel.Device, error) {
 		var devs []kernel.Device
 		devs, err = r.Devices()
 		if err == nil {
+			l.readGIDs(devs)
 			return devs, nil
 		}
 		l.drop(err)
@@ -61,7 +62,25 @@ func (l *LiveKernel) Devices() ([]kernel.Device, error) {
 	if serr != nil && !errors.Is(serr, fs.ErrNotExist) {
 		return nil, fmt.Errorf("rdma devices: netlink: %w; sysfs: %w", err, serr)
 	}
+	l.readGIDs(devs)
 	return devs, nil
+}
+
+// readGIDs fills every port's GID table from sysfs. A port whose table
+// cannot be read (device renamed or removed meanwhile, sysfs of another
+// netns) keeps GIDsKnown false: the address lookup then falls back to the
+// port's netdev for it, so the error is not one of the call.
+func (l *LiveKernel) readGIDs(devs []kernel.Device) {
+	for i := range devs {
+		for j := range devs[i].Ports {
+			p := &devs[i].Ports[j]
+			gids, err := kernel.ReadSysfsGIDs(l.sysfsRoot, devs[i].Name, p.Index)
+			if err != nil {
+				continue
+			}
+			p.GIDs, p.GIDsKnown = gids, true
+		}
+	}
 }
 
 // CMIDs implements Kernel: one dump per device.

@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -13,8 +14,9 @@ import (
 const addrAttempts = 3
 
 // Addrs lists the IP addresses of all netdevs (rtnetlink RTM_GETADDR and
-// RTM_GETLINK dumps), IPv4 as plain IPv4. An address whose link vanished
-// between the two dumps has an empty Netdev.
+// RTM_GETLINK dumps), IPv4 as plain IPv4, with the link's hardware
+// address. An address whose link vanished between the two dumps has an
+// empty Netdev and no HWAddr.
 func Addrs() ([]Addr, error) {
 	var err error
 	for range addrAttempts {
@@ -32,10 +34,14 @@ func addrsOnce() ([]Addr, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rtnetlink: link dump: %w", err)
 	}
-	names := make(map[int]string, len(links))
+	type link struct {
+		name string
+		hw   []byte
+	}
+	byIndex := make(map[int]link, len(links))
 	for _, l := range links {
 		a := l.Attrs()
-		names[a.Index] = a.Name
+		byIndex[a.Index] = link{name: a.Name, hw: a.HardwareAddr}
 	}
 	nas, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
@@ -52,7 +58,8 @@ func addrsOnce() ([]Addr, error) {
 		if !ok {
 			continue
 		}
-		addrs = append(addrs, Addr{Ifindex: na.LinkIndex, Netdev: names[na.LinkIndex], IP: ip.Unmap()})
+		l := byIndex[na.LinkIndex]
+		addrs = append(addrs, Addr{Ifindex: na.LinkIndex, Netdev: l.name, IP: ip.Unmap(), HWAddr: bytes.Clone(l.hw)})
 	}
 	return addrs, nil
 }

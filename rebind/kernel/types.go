@@ -44,7 +44,22 @@ type Port struct {
 	PhysState   uint8  // RDMA_NLDEV_ATTR_PORT_PHYS_STATE: 5 LINK_UP
 	NetdevIndex uint32 // RDMA_NLDEV_ATTR_NDEV_INDEX; 0 when there is none
 	Netdev      string // RDMA_NLDEV_ATTR_NDEV_NAME; "" when there is none
+	GIDs        []GID  // the port's GID table (sysfs ports/<n>/gids, gid_attrs); entries that are all zero are left out
+	GIDsKnown   bool   // false: the table could not be read (GIDs nil); never guess from it then
 }
+
+// GID is one valid entry of a port's GID table
+// (/sys/class/infiniband/<dev>/ports/<n>/gids/<i> and gid_attrs/*/<i>).
+type GID struct {
+	Index  uint32   // <i> of /sys/class/infiniband/<dev>/ports/<n>/gids/<i>
+	Raw    [16]byte // gids/<i>, "fe80:0000:...:" parsed
+	Netdev string   // gid_attrs/ndevs/<i>; "" when the entry has none (IB; iWARP before 6.12; the read fails with EINVAL)
+	Type   string   // gid_attrs/types/<i>: "IB/RoCE v1", "RoCE v2"; "" when absent/unreadable
+}
+
+// IP returns the IP address a RoCE GID encodes: an IPv4-mapped GID as
+// plain IPv4 (netip Unmap), else the IPv6 address.
+func (g GID) IP() netip.Addr { return netip.AddrFrom16(g.Raw).Unmap() }
 
 // CMID is one rdma_cm identifier of the RES_CM_ID table.
 type CMID struct {
@@ -68,4 +83,5 @@ type Addr struct {
 	Ifindex int        // ifa_index
 	Netdev  string     // IFLA_IFNAME of that link
 	IP      netip.Addr // IFA_LOCAL / IFA_ADDRESS, unmapped
+	HWAddr  []byte     // the link's hardware address (rtnetlink IFLA_ADDRESS): 6 bytes Ethernet, 20 bytes IPoIB
 }
