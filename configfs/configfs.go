@@ -110,9 +110,6 @@ type Port struct {
 	Traddr  string // addr_traddr: bare address, no brackets for IPv6
 	Trsvcid string // addr_trsvcid: the service (TCP/RDMA port) as text
 	Links   []Link // subsystems/*: in creation order
-	// LinksSkipped is set when Links was not read (PortsWith decided the
-	// plan does not need them: the port's listener is alive).
-	LinksSkipped bool
 	// Err is set when the port could not be read completely (garbage in an
 	// attribute, a link pointing outside the tree); such a port is shown,
 	// never touched.
@@ -231,19 +228,10 @@ func (f *FS) names(dir string, optional bool) ([]string, error) {
 	return out, nil
 }
 
-// Ports lists every nvmet port. A missing nvmet tree (module not loaded) is
-// an empty list.
-func (f *FS) Ports() ([]Port, error) { return f.PortsWith(nil) }
-
-// readers bounds the parallel reads of a large tree: attribute reads are
-// system-call bound and independent.
-const readers = 4
-
-// PortsWith lists every nvmet port, reading a port's subsystem links only
-// when needLinks (given the port's addr_* attributes) says so, or when it
-// is nil. A port whose listener is alive needs no links to be planned, and
-// links are most of the reads.
-func (f *FS) PortsWith(needLinks func(Port) bool) ([]Port, error) {
+// Ports lists every nvmet port with its addr_* attributes (Links empty:
+// read them with Links, only for the ports that need them). A missing
+// nvmet tree (module not loaded) is an empty list.
+func (f *FS) Ports() ([]Port, error) {
 	ids, err := f.names(f.nvmet("ports"), true)
 	if err != nil {
 		return nil, fmt.Errorf("nvmet ports: %w", err)
@@ -257,7 +245,7 @@ func (f *FS) PortsWith(needLinks func(Port) bool) ([]Port, error) {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				ports[i], errs[i] = f.port(ids[i], needLinks)
+				ports[i], errs[i] = f.port(ids[i], false)
 			}
 		}()
 	}
@@ -280,6 +268,10 @@ func (f *FS) PortsWith(needLinks func(Port) bool) ([]Port, error) {
 	return out, nil
 }
 
+// readers bounds the parallel reads of a large tree: attribute reads are
+// system-call bound and independent.
+const readers = 4
+
 // ComparePortIDs orders nvmet port ids numerically when both are numbers.
 func ComparePortIDs(a, b string) int {
 	ai, aerr := strconv.Atoi(a)
@@ -292,9 +284,9 @@ func ComparePortIDs(a, b string) int {
 
 // Port reads nvmet/ports/<id>. A missing port is fs.ErrNotExist. Problems
 // with the port's content are reported in Port.Err, not as an error.
-func (f *FS) Port(id string) (Port, error) { return f.port(id, nil) }
+func (f *FS) Port(id string) (Port, error) { return f.port(id, true) }
 
-func (f *FS) port(id string, needLinks func(Port) bool) (Port, error) {
+func (f *FS) port(id string, withLinks bool) (Port, error) {
 	if err := checkName(id); err != nil {
 		return Port{}, fmt.Errorf("nvmet port: %w", err)
 	}
@@ -329,8 +321,7 @@ func (f *FS) port(id string, needLinks func(Port) bool) (Port, error) {
 		}
 		*a.dst = v
 	}
-	if needLinks != nil && p.Err == nil && !needLinks(p) {
-		p.LinksSkipped = true
+	if !withLinks {
 		return p, nil
 	}
 	links, err := f.links(id)
@@ -342,6 +333,21 @@ func (f *FS) port(id string, needLinks func(Port) bool) (Port, error) {
 	}
 	p.Links = links
 	return p, nil
+}
+
+// Links reads nvmet/ports/<id>/subsystems/* in creation order; a missing
+// port is fs.ErrNotExist.
+func (f *FS) Links(id string) ([]Link, error) {
+	if err := checkName(id); err != nil {
+		return nil, fmt.Errorf("nvmet port: %w", err)
+	}
+	links, err := f.links(id)
+	if err != nil {
+		if _, serr := os.Lstat(f.nvmet("ports", id)); errors.Is(serr, fs.ErrNotExist) {
+			return nil, fmt.Errorf("nvmet port %s: %w", id, serr)
+		}
+	}
+	return links, err
 }
 
 // links reads ports/<id>/subsystems/*, resolving every symlink and

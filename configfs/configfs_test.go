@@ -84,7 +84,7 @@ func TestReadTree(t *testing.T) {
 	if err := f.Relink("1", configfs.Link{Name: "alias", NQN: "nqn.a"}); err != nil {
 		t.Fatal(err)
 	}
-	ports, err := f.Ports()
+	ports, err := portsWithLinks(f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestHostileTree(t *testing.T) {
 	}
 	// A name with a newline.
 	os.MkdirAll(filepath.Join(ports, "4\nx"), 0o755)
-	got, err := f.Ports()
+	got, err := portsWithLinks(f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,4 +248,24 @@ func TestMissingTreesAreEmpty(t *testing.T) {
 	if p, err := f.Portals(); err != nil || len(p) != 0 {
 		t.Errorf("Portals on an empty root = %v, %v", p, err)
 	}
+}
+
+// portsWithLinks reads what the engine reads for a port it needs links of:
+// Ports, then Links of each readable port (an error goes to Port.Err).
+func portsWithLinks(f *configfs.FS) ([]configfs.Port, error) {
+	ports, err := f.Ports()
+	if err != nil {
+		return nil, err
+	}
+	for i := range ports {
+		if ports[i].Err != nil {
+			continue
+		}
+		links, err := f.Links(ports[i].ID)
+		ports[i].Links = links
+		if err != nil {
+			ports[i].Err = err
+		}
+	}
+	return ports, nil
 }

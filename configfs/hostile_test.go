@@ -16,6 +16,7 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
 )
 
 const (
@@ -445,7 +446,7 @@ func TestHostileReads(t *testing.T) {
 			tc.make(t, k)
 			f := k.FS()
 			if tc.port != nil {
-				ports, err := f.Ports()
+				ports, err := portsWithLinks(f)
 				if err != nil {
 					t.Fatalf("Ports failed as a whole (one bad port hides the good ones): %v", err)
 				}
@@ -477,11 +478,11 @@ func TestHostileNoWrites(t *testing.T) {
 			defer tc.explain(t)
 			k := hostileKernel(t)
 			outside := tc.make(t, k)
-			j, err := rebind.OpenJournal(t.TempDir())
+			j, err := state.Open(t.TempDir())
 			if err != nil {
 				t.Fatal(err)
 			}
-			e := rebind.New(rebind.Options{FS: k.FS(), Kernel: k, Journal: j, Config: rebind.DefaultConfig()})
+			e := rebind.New(rebind.Options{Tree: k.FS(), Kernel: k, Store: j, Config: rebind.DefaultConfig()})
 			k.RemoveDevice("rxe0")
 			k.AddDevice("rxe0", hGUID, "veth0")
 			if _, err := e.Reconcile(context.Background()); err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
 )
 
 // bigWorld builds n nvmet ports (1–8 subsystems each) and n LIO portals on
@@ -46,11 +47,11 @@ func bigWorld(b *testing.B, n int) *configfstest.Kernel {
 }
 
 func benchEngine(b *testing.B, k *configfstest.Kernel) *rebind.Engine {
-	j, err := rebind.OpenJournal(stateDir(b))
+	j, err := state.Open(stateDir(b))
 	if err != nil {
 		b.Fatal(err)
 	}
-	return rebind.New(rebind.Options{FS: k.FS(), Kernel: k, Journal: j, Config: rebind.DefaultConfig()})
+	return rebind.New(rebind.Options{Tree: k.FS(), Kernel: k, Store: j, Config: rebind.DefaultConfig()})
 }
 
 // BenchmarkObservePlan: one full observe + plan of n ports and n portals,

@@ -15,7 +15,9 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/kernel"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/status"
 )
 
 // The fake kernel must model what the engine depends on, or the tests
@@ -59,16 +61,16 @@ func TestFakeModelsSharedNPAndStrandedListeners(t *testing.T) {
 	}
 }
 
-func gidTable(netdev string, ips ...string) []kernel.GID {
-	var g []kernel.GID
+func gidTable(netdev string, ips ...string) []rdma.GID {
+	var g []rdma.GID
 	for i, ip := range ips {
-		g = append(g, kernel.GID{Index: uint32(i), Raw: mustAddr(ip).As16(), Netdev: netdev, Type: "RoCE v2"})
+		g = append(g, rdma.GID{Index: uint32(i), Raw: mustAddr(ip).As16(), Netdev: netdev, Type: "RoCE v2"})
 	}
 	return g
 }
 
-func listen(owner, dev string, idx uint32, ap string) kernel.CMID {
-	return kernel.CMID{DevIndex: idx, DevName: dev, Port: 1, State: kernel.CMStateListen, PS: 0x106, KernName: owner, Src: mustAddrPort(ap)}
+func listen(owner, dev string, idx uint32, ap string) rdma.CMID {
+	return rdma.CMID{DevIndex: idx, DevName: dev, Port: 1, State: rdma.CMStateListen, PS: 0x106, KernName: owner, Src: mustAddrPort(ap)}
 }
 
 // Plan over realistic observations, whole results compared, with memory.
@@ -90,10 +92,10 @@ func TestPlanEndpoints(t *testing.T) {
 	lB := configfs.Link{Name: nqnB, NQN: nqnB}
 	port1 := configfs.Port{ID: "1", Trtype: "rdma", Adrfam: "ipv4", Traddr: "192.0.2.1", Trsvcid: "4420", Links: []configfs.Link{lA, lB}}
 	// rxe0 (index 3 after two resets) on veth0, the address on VLAN veth0.100.
-	rxe0 := kernel.Device{Index: 3, Name: "rxe0", NodeGUID: 0x11, Protocol: "roce", Ports: []kernel.Port{{Index: 1, NetdevIndex: 4, Netdev: "veth0", GIDsKnown: true,
+	rxe0 := rdma.Device{Index: 3, Name: "rxe0", NodeGUID: 0x11, Protocol: "roce", Ports: []rdma.Port{{Index: 1, NetdevIndex: 4, Netdev: "veth0", GIDsKnown: true,
 		GIDs: gidTable("veth0.100", "192.0.2.1")}}}
-	rxe1 := kernel.Device{Index: 4, Name: "rxe1", NodeGUID: 0x22, Protocol: "roce", Ports: []kernel.Port{{Index: 1, NetdevIndex: 6, Netdev: "veth2", GIDsKnown: true}}}
-	addrs := []kernel.Addr{{Ifindex: 9, Netdev: "veth0.100", IP: mustAddr("192.0.2.1")}}
+	rxe1 := rdma.Device{Index: 4, Name: "rxe1", NodeGUID: 0x22, Protocol: "roce", Ports: []rdma.Port{{Index: 1, NetdevIndex: 6, Netdev: "veth2", GIDsKnown: true}}}
+	addrs := []rdma.Addr{{Ifindex: 9, Netdev: "veth0.100", IP: mustAddr("192.0.2.1")}}
 	epL := rebind.Endpoint{Kind: rebind.KindLIO, Addr: mustAddrPort("192.0.2.1:3260")}
 	epN := rebind.Endpoint{Kind: rebind.KindNvmet, Addr: mustAddrPort("192.0.2.1:4420")}
 	journal := func(k rebind.Key) rebind.Intent {
@@ -154,7 +156,7 @@ func TestPlanEndpoints(t *testing.T) {
 			obs: func(o *rebind.Observed) {
 				o.Portals = []configfs.Portal{portal(pA, true), portal(pB, false)}
 				o.Journal = map[rebind.Key]rebind.Intent{key(pA): journal(key(pA)), key(pB): journal(key(pB))}
-				o.Listeners = []kernel.CMID{listen("ib_isert", "rxe0", 3, "192.0.2.1:3260")}
+				o.Listeners = []rdma.CMID{listen("ib_isert", "rxe0", 3, "192.0.2.1:3260")}
 			},
 			heals: []rebind.Heal{{Endpoint: epL, Action: rebind.ActCompleteISER, Reason: "iser=1 to restore from the journal on 1 portal(s)",
 				Keys:  []rebind.Key{key(pB), key(pA)},
@@ -190,7 +192,7 @@ func TestPlanEndpoints(t *testing.T) {
 			name: "stranded: LISTEN on rxe1, the address is carried by rxe0; within the repair grace nothing",
 			obs: func(o *rebind.Observed) {
 				o.Ports = []configfs.Port{port1}
-				o.Listeners = []kernel.CMID{listen("nvmet_rdma", "rxe1", 4, "192.0.2.1:4420")}
+				o.Listeners = []rdma.CMID{listen("nvmet_rdma", "rxe1", 4, "192.0.2.1:4420")}
 			},
 			mem:   func(m *rebind.Memory) { m.DeadSince[epN] = now.Add(-2 * time.Second) },
 			state: map[string]rebind.State{"1": rebind.StateStranded},
@@ -199,7 +201,7 @@ func TestPlanEndpoints(t *testing.T) {
 			name: "stranded past the grace: rebound",
 			obs: func(o *rebind.Observed) {
 				o.Ports = []configfs.Port{port1}
-				o.Listeners = []kernel.CMID{listen("nvmet_rdma", "rxe1", 4, "192.0.2.1:4420")}
+				o.Listeners = []rdma.CMID{listen("nvmet_rdma", "rxe1", 4, "192.0.2.1:4420")}
 			},
 			mem: func(m *rebind.Memory) { m.DeadSince[epN] = now.Add(-6 * time.Second) },
 			heals: []rebind.Heal{{Endpoint: epN, Action: rebind.ActRebindPort, Reason: "stranded: listening on rxe1, but 192.0.2.1 is carried by rxe0 port 1 now; hosts cannot connect", Keys: []rebind.Key{nkey},
@@ -217,7 +219,7 @@ func TestPlanEndpoints(t *testing.T) {
 			name: "stranded with pin_device: reported, left alone",
 			obs: func(o *rebind.Observed) {
 				o.Ports = []configfs.Port{port1}
-				o.Listeners = []kernel.CMID{listen("nvmet_rdma", "rxe1", 4, "192.0.2.1:4420")}
+				o.Listeners = []rdma.CMID{listen("nvmet_rdma", "rxe1", 4, "192.0.2.1:4420")}
 			},
 			mem:   func(m *rebind.Memory) { m.DeadSince[epN] = now.Add(-time.Minute) },
 			cfg:   func(c *rebind.Config) { c.PinDevice = true },
@@ -281,8 +283,8 @@ func TestPlanEndpoints(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			obs := rebind.Observed{Devices: []kernel.Device{rxe0, rxe1}, Addrs: addrs, Now: now, Subsystems: map[string]bool{nqnA: true, nqnB: true}}
-			obs.Devices[0].Ports = append([]kernel.Port(nil), rxe0.Ports...)
+			obs := rebind.Observed{Devices: []rdma.Device{rxe0, rxe1}, Addrs: addrs, Now: now, Subsystems: map[string]bool{nqnA: true, nqnB: true}}
+			obs.Devices[0].Ports = append([]rdma.Port(nil), rxe0.Ports...)
 			tt.obs(&obs)
 			mem := rebind.NewMemory()
 			if tt.mem != nil {
@@ -317,8 +319,8 @@ func TestPlanRechecksAfterEvent(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	obs := rebind.Observed{
 		Ports:      []configfs.Port{{ID: "1", Trtype: "rdma", Adrfam: "ipv4", Traddr: "192.0.2.1", Trsvcid: "4420", Links: []configfs.Link{{Name: nqnA, NQN: nqnA}}}},
-		Devices:    []kernel.Device{{Index: 1, Name: "rxe0", Ports: []kernel.Port{{Index: 1, Netdev: "veth0", GIDsKnown: true}}}},
-		Addrs:      []kernel.Addr{{Ifindex: 9, Netdev: "veth0.100", IP: mustAddr("192.0.2.1")}},
+		Devices:    []rdma.Device{{Index: 1, Name: "rxe0", Ports: []rdma.Port{{Index: 1, Netdev: "veth0", GIDsKnown: true}}}},
+		Addrs:      []rdma.Addr{{Ifindex: 9, Netdev: "veth0.100", IP: mustAddr("192.0.2.1")}},
 		Subsystems: map[string]bool{nqnA: true},
 		Now:        now, EventAt: now.Add(-120 * time.Millisecond),
 	}
@@ -360,12 +362,12 @@ func sharedWorld(t testing.TB, n int) (*configfstest.Kernel, []string, string) {
 	return k, ids, own
 }
 
-func sharedEngine(t testing.TB, k *configfstest.Kernel, clk *clock, fault func(string) bool, state string) *rebind.Engine {
-	j, err := rebind.OpenJournal(state)
+func sharedEngine(t testing.TB, k *configfstest.Kernel, clk *clock, fault func(string) bool, dir string) *rebind.Engine {
+	j, err := state.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rebind.New(rebind.Options{FS: k.FS(), Kernel: k, Journal: j, Config: rebind.DefaultConfig(), Now: clk.now, Fault: fault, StateDir: state})
+	return rebind.New(rebind.Options{Tree: k.FS(), Kernel: k, Store: j, Config: rebind.DefaultConfig(), Now: clk.now, Fault: fault})
 }
 
 func TestSharedPortalHealsAsOneUnit(t *testing.T) {
@@ -445,7 +447,7 @@ func TestSharedPortalCrashAnywhere(t *testing.T) {
 		t.Run(point, func(t *testing.T) {
 			k, ids, _ := sharedWorld(t, 3)
 			clk := newClock()
-			state := t.TempDir()
+			dir := t.TempDir()
 			admin := configfs.NewWithOps(k.Root, k.Admin())
 			must(t, admin.SetISER(ids[2], false)) // the admin's, before the outage
 			crashed := false
@@ -454,7 +456,7 @@ func TestSharedPortalCrashAnywhere(t *testing.T) {
 					crashed = true
 				}
 				return p == point
-			}, state)
+			}, dir)
 			_, err := e.Reconcile(context.Background())
 			must(t, err)
 			k.RemoveDevice("rxe0")
@@ -462,7 +464,7 @@ func TestSharedPortalCrashAnywhere(t *testing.T) {
 			if _, err := e.Reconcile(context.Background()); !errors.Is(err, rebind.ErrCrashed) || !crashed {
 				t.Fatalf("no crash at %s: %v", point, err)
 			}
-			e2 := sharedEngine(t, k, clk, nil, state)
+			e2 := sharedEngine(t, k, clk, nil, dir)
 			_, err = e2.Reconcile(context.Background())
 			must(t, err)
 			for _, id := range ids[:2] {
@@ -476,7 +478,7 @@ func TestSharedPortalCrashAnywhere(t *testing.T) {
 			if p, _ := k.FS().Portal(ids[2]); p.ISER {
 				t.Error("the admin's iser=0 was undone")
 			}
-			if files := journalFiles(t, state+"/journal"); len(files) != 0 {
+			if files := journalFiles(t, dir+"/journal"); len(files) != 0 {
 				t.Errorf("journal left: %q", files)
 			}
 		})
@@ -545,11 +547,11 @@ func TestStrandedListenerIsRebound(t *testing.T) {
 			must(t, admin.Relink("1", configfs.Link{Name: nqnA, NQN: nqnA}))
 			must(t, admin.SetISER(p, true))
 			clk := newClock()
-			j, err := rebind.OpenJournal(t.TempDir())
+			j, err := state.Open(t.TempDir())
 			must(t, err)
 			cfg := rebind.DefaultConfig()
 			cfg.PinDevice = pin
-			e := rebind.New(rebind.Options{FS: k.FS(), Kernel: k, Journal: j, Config: cfg, Now: clk.now})
+			e := rebind.New(rebind.Options{Tree: k.FS(), Kernel: k, Store: j, Config: cfg, Now: clk.now})
 			_, err = e.Reconcile(context.Background())
 			must(t, err)
 			k.MoveAddr("veth0", "veth2", "192.0.2.3")
@@ -562,7 +564,7 @@ func TestStrandedListenerIsRebound(t *testing.T) {
 			if len(k.Log()) != 0 {
 				t.Fatalf("wrote within the repair grace: %q", k.LogStrings())
 			}
-			if h, _ := rebind.Check(rebind.Report(rebind.Snapshot{Items: items}, "test")); h != rebind.Dead {
+			if h, _ := status.Check(status.Report(rebind.Snapshot{Items: items}, "test")); h != status.Dead {
 				t.Errorf("check says %v for a stranded listener", h)
 			}
 			clk.advance(6 * time.Second)
@@ -659,10 +661,7 @@ func TestPlanDescribesWhatApplyWrites(t *testing.T) {
 	k.ResetLog()
 	_, err = e.Reconcile(context.Background())
 	must(t, err)
-	var writes []string
-	for _, w := range k.LogStrings() {
-		writes = append(writes, w)
-	}
+	writes := k.LogStrings()
 	wantWrites := []string{}
 	for _, d := range described {
 		if v, ok := strings.CutPrefix(d, "echo "); ok {

@@ -2,14 +2,11 @@ package rebind
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -17,14 +14,14 @@ import (
 	"time"
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/kernel"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
 )
 
 // Kernel is the engine's view of the running kernel's RDMA state.
 type Kernel interface {
-	Devices() ([]kernel.Device, error)
-	CMIDs(devs []kernel.Device) ([]kernel.CMID, error)
-	Addrs() ([]kernel.Addr, error)
+	Devices() ([]rdma.Device, error)
+	CMIDs(devs []rdma.Device) ([]rdma.CMID, error)
+	Addrs() ([]rdma.Addr, error)
 }
 
 // Backoff bounds for refused binds.
@@ -37,17 +34,48 @@ const (
 // crash would: no further write, no cleanup.
 var ErrCrashed = errors.New("stopped at a fault point")
 
+// Tree is the engine's view of configfs (configfs.FS): read the nvmet
+// ports and LIO portals, and the few writes a heal makes.
+type Tree interface {
+	Ports() ([]configfs.Port, error) // attributes only; Links is empty
+	Port(id string) (configfs.Port, error)
+	Links(portID string) ([]configfs.Link, error)
+	Portals() ([]configfs.Portal, error)
+	Portal(id string) (configfs.Portal, error)
+	Subsystems() ([]string, error)
+	Unlink(portID string, l configfs.Link) error
+	Relink(portID string, l configfs.Link) error
+	SetISER(portalID string, on bool) error
+}
+
+// Store keeps the intent journal and the device pins (rebind/state).
+type Store interface {
+	Put(Intent) error
+	Delete(Key) error
+	// Load reads every intent and changes nothing; unreadable entries are
+	// reported, never acted on.
+	Load() (map[Key]Intent, []error)
+	Pins() (map[Key]uint64, error)
+	SavePins(map[Key]uint64) error
+}
+
 // Options configure an Engine.
 type Options struct {
-	FS       *configfs.FS
-	Kernel   Kernel
-	Journal  *Journal
+	Tree   Tree
+	Kernel Kernel
+	// Store is the state directory; nil keeps nothing across restarts
+	// (and makes a heal impossible: the journal is what makes it safe).
+	Store Store
+	// Quarantined are the journal entries the writer moved aside at start
+	// (state.Store.Clean): reported in status with those Load finds.
+	Quarantined []error
+	// Declared reads the saved configs of cfg (boot completion); nil: none.
+	Declared func(cfg Config) ([]Declared, error)
 	Config   Config
 	Logger   *slog.Logger
 	DryRun   bool                    // plan and log, write nothing
 	Now      func() time.Time        // clock; time.Now when nil
 	Fault    func(point string) bool // test hook: true stops the rebind there (ErrCrashed)
-	StateDir string                  // for pins.json; "" keeps pins in memory only
 	// HeartbeatEvery, when set, makes Run call its heartbeat at least this
 	// often from the loop itself (the systemd watchdog): a reconcile that
 	// hangs stops the beats.
@@ -80,6 +108,13 @@ type Engine struct {
 	journalErrs []error
 	bootUntil   time.Time
 	eventAt     time.Time
+	requests    chan request // manual rebinds, served by Run
+}
+
+// request is a manual rebind handed to the loop: the one writer.
+type request struct {
+	key  Key
+	done chan []Item
 }
 
 // Stats are counters for metrics and status.
@@ -99,16 +134,26 @@ func New(opt Options) *Engine {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
 	e := &Engine{
-		opt:     opt,
-		log:     opt.Logger,
-		trigger: make(chan struct{}, 1),
-		cfg:     opt.Config,
-		mem:     NewMemory(),
-		results: map[Key]Result{},
-		stats:   Stats{Rebinds: map[string]uint64{}},
+		opt:      opt,
+		log:      opt.Logger,
+		trigger:  make(chan struct{}, 1),
+		requests: make(chan request),
+		cfg:      opt.Config,
+		mem:      NewMemory(),
+		results:  map[Key]Result{},
+		stats:    Stats{Rebinds: map[string]uint64{}},
 	}
 	e.bootUntil = opt.Now().Add(opt.Config.BootWindow)
-	e.loadPins()
+	if opt.Store != nil {
+		pins, err := opt.Store.Pins()
+		if err != nil {
+			e.log.Warn("pins unreadable, starting without", "err", err)
+		}
+		e.mem.Pins = pins
+		if e.mem.Pins == nil {
+			e.mem.Pins = map[Key]uint64{}
+		}
+	}
 	return e
 }
 
@@ -162,7 +207,7 @@ func (e *Engine) Retry(k Key) {
 // observation unusable (configfs unreadable) are returned; kernel read errors
 // are recorded in Observed and make the affected facts unknown.
 func (e *Engine) Observe() (Observed, error) {
-	obs := Observed{Now: e.opt.Now(), Subsystems: map[string]bool{}}
+	obs := Observed{Now: e.opt.Now(), Subsystems: map[string]bool{}, LinksUnread: map[string]bool{}}
 	// The kernel first: which listeners are alive decides how much of
 	// configfs must be read (a live port's links are not needed).
 	obs.Devices, obs.DevicesErr = e.opt.Kernel.Devices()
@@ -172,25 +217,20 @@ func (e *Engine) Observe() (Observed, error) {
 	} else {
 		obs.Listeners, obs.ListenersErr = e.opt.Kernel.CMIDs(obs.Devices)
 	}
-	if e.opt.Journal != nil {
+	if e.opt.Store != nil {
 		var bad []error
-		obs.Journal, bad = e.opt.Journal.Load()
-		if len(bad) > 0 {
-			e.mu.Lock()
-			e.journalErrs = append(e.journalErrs, bad...)
-			e.mu.Unlock()
-			for _, b := range bad {
-				e.log.Error("journal entry ignored", "err", b)
-			}
-		}
+		obs.Journal, bad = e.opt.Store.Load()
+		e.mu.Lock()
+		e.journalErrs = append(slices.Clone(e.opt.Quarantined), bad...)
+		e.mu.Unlock()
 	}
 	e.mu.Lock()
 	cfg, bootUntil := e.cfg, e.bootUntil
 	obs.EventAt = e.eventAt
 	e.mu.Unlock()
 	obs.BootUntil = bootUntil
-	if cfg.NvmetConfig != "" || cfg.TargetConfig != "" {
-		d, err := LoadDeclared(cfg)
+	if e.opt.Declared != nil && (cfg.NvmetConfig != "" || cfg.TargetConfig != "") {
+		d, err := e.opt.Declared(cfg)
 		if err != nil {
 			e.log.Warn("saved config unreadable; boot completion skipped", "err", err)
 		}
@@ -215,14 +255,31 @@ func (e *Engine) Observe() (Observed, error) {
 		st, _ := judge(Endpoint{KindNvmet, ap}, obs, v, v.carrierOf(ap.Addr()))
 		return st != StateListening
 	}
-	var err error
-	if obs.Ports, err = e.opt.FS.PortsWith(needLinks); err != nil {
+	ports, err := e.opt.Tree.Ports()
+	if err != nil {
 		return obs, err
 	}
-	if obs.Portals, obs.PortalsErr = e.opt.FS.Portals(); obs.PortalsErr != nil {
+	obs.Ports = ports[:0]
+	for _, p := range ports {
+		switch {
+		case p.Err != nil:
+		case needLinks(p):
+			p.Links, err = e.opt.Tree.Links(p.ID)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // removed while we read
+			}
+			if err != nil {
+				p.Err = err
+			}
+		default:
+			obs.LinksUnread[p.ID] = true // alive: its links are not needed
+		}
+		obs.Ports = append(obs.Ports, p)
+	}
+	if obs.Portals, obs.PortalsErr = e.opt.Tree.Portals(); obs.PortalsErr != nil {
 		e.log.Warn("some LIO portals unreadable; the rest is reconciled", "err", obs.PortalsErr)
 	}
-	nqns, err := e.opt.FS.Subsystems()
+	nqns, err := e.opt.Tree.Subsystems()
 	if err != nil {
 		return obs, err
 	}
@@ -310,9 +367,12 @@ func (e *Engine) learn(pl Planned, obs Observed, outcomes []Outcome) {
 	defer e.mu.Unlock()
 	e.lastObs = obs
 	var pinsChanged bool
+	defer func() { e.stats.PendingRetries = len(e.mem.NextTry) }()
 	e.mem, pinsChanged = Learn(e.mem, pl.Endpoints, pl.Items, outcomes, obs.Now)
-	if pinsChanged {
-		e.savePins()
+	if pinsChanged && e.opt.Store != nil && !e.opt.DryRun {
+		if err := e.opt.Store.SavePins(e.mem.Pins); err != nil {
+			e.log.Warn("pins not saved", "err", err)
+		}
 	}
 }
 
@@ -414,7 +474,7 @@ func (e *Engine) report(outcomes []Outcome, items []Item) {
 // plan's. A write error stops the heal; the journal keeps what is left to
 // do for the next round.
 func (e *Engine) execute(h Heal) error {
-	fsys := e.opt.FS
+	fsys := e.opt.Tree
 	skip := map[Key]bool{}
 	puts, offs := 0, 0
 	for _, s := range h.Steps {
@@ -442,7 +502,7 @@ func (e *Engine) execute(h Heal) error {
 			}
 			in := s.Intent
 			in.Started = e.opt.Now()
-			if err := e.opt.Journal.Put(in); err != nil {
+			if err := e.opt.Store.Put(in); err != nil {
 				return err
 			}
 			if nPut++; nPut == puts && e.fault("after-journal") {
@@ -511,7 +571,7 @@ func (e *Engine) execute(h Heal) error {
 				}
 			}
 		case OpJournalDelete:
-			if err := e.opt.Journal.Delete(s.Key); err != nil {
+			if err := e.opt.Store.Delete(s.Key); err != nil {
 				return err
 			}
 		}
@@ -524,7 +584,7 @@ func (e *Engine) execute(h Heal) error {
 // an error stops the heal (the admin changed the port's links: plan again).
 func (e *Engine) journalPrecondition(s Step) (bool, error) {
 	if s.Key.Kind == KindLIO {
-		p, err := e.opt.FS.Portal(s.Key.ID)
+		p, err := e.opt.Tree.Portal(s.Key.ID)
 		if errors.Is(err, fs.ErrNotExist) {
 			return false, nil
 		}
@@ -533,7 +593,7 @@ func (e *Engine) journalPrecondition(s Step) (bool, error) {
 		}
 		return p.ISER, nil
 	}
-	p, err := e.opt.FS.Port(s.Key.ID)
+	p, err := e.opt.Tree.Port(s.Key.ID)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
@@ -547,8 +607,9 @@ func (e *Engine) journalPrecondition(s Step) (bool, error) {
 }
 
 // Run reconciles until ctx is done: at start, on every Poke, every
-// resync interval, and when a retry is due. Reconcile errors are logged
-// and retried; they never stop the loop.
+// resync interval, when a retry is due, and for every manual rebind
+// (Rebind). It is the one goroutine that writes configfs. Reconcile errors
+// are logged and retried; they never stop the loop.
 func (e *Engine) Run(ctx context.Context, heartbeat func()) error {
 	resync := time.NewTimer(0)
 	defer resync.Stop()
@@ -562,17 +623,24 @@ func (e *Engine) Run(ctx context.Context, heartbeat func()) error {
 		beat = t.C
 	}
 	for {
+		var req *request
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-beat:
 			heartbeat()
 			continue
+		case r := <-e.requests:
+			e.Retry(r.key)
+			req = &r
 		case <-e.trigger:
 		case <-resync.C:
 		case <-retry.C:
 		}
 		items, err := e.Reconcile(ctx)
+		if req != nil {
+			req.done <- items
+		}
 		if errors.Is(err, ErrCrashed) {
 			return err
 		}
@@ -583,24 +651,41 @@ func (e *Engine) Run(ctx context.Context, heartbeat func()) error {
 			heartbeat()
 		}
 		resync.Reset(e.Config().ResyncInterval)
-		next := time.Time{}
-		for _, it := range items {
-			if !it.RetryAt.IsZero() && (next.IsZero() || it.RetryAt.Before(next)) {
-				next = it.RetryAt
-			}
-		}
-		e.mu.Lock()
-		for _, t := range e.mem.NextTry {
-			if next.IsZero() || t.Before(next) {
-				next = t
-			}
-		}
-		e.stats.PendingRetries = len(e.mem.NextTry)
-		e.mu.Unlock()
 		retry.Stop()
-		if !next.IsZero() {
+		if next := nextRetry(items); !next.IsZero() {
 			retry.Reset(max(next.Sub(e.opt.Now()), time.Millisecond))
 		}
+	}
+}
+
+// nextRetry is the one place the next retry is decided: the earliest
+// RetryAt of the round's items (backoff, graces, GID-table rechecks).
+func nextRetry(items []Item) time.Time {
+	var next time.Time
+	for _, it := range items {
+		if !it.RetryAt.IsZero() && (next.IsZero() || it.RetryAt.Before(next)) {
+			next = it.RetryAt
+		}
+	}
+	return next
+}
+
+// Rebind asks the loop (Run) for a manual rebind of one object: give-up,
+// graces and backoff are lifted for it, and the answer is the status after
+// that round. Only Run writes configfs; without a running loop, use
+// Retry and Reconcile under the state-dir lock instead.
+func (e *Engine) Rebind(ctx context.Context, k Key) ([]Item, error) {
+	r := request{key: k, done: make(chan []Item, 1)}
+	select {
+	case e.requests <- r:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case items := <-r.done:
+		return items, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 }
 
@@ -624,62 +709,20 @@ func (e *Engine) Snapshot() Snapshot {
 		ListenersErr: e.lastObs.ListenersErr, JournalErrs: slices.Clone(e.journalErrs)}
 }
 
-func (e *Engine) pinsFile() string {
-	if e.opt.StateDir == "" {
-		return ""
-	}
-	return filepath.Join(e.opt.StateDir, "pins.json")
-}
-
-type pinEntry struct {
-	Kind Kind   `json:"kind"`
-	ID   string `json:"id"`
-	GUID string `json:"node_guid"`
-}
-
-func (e *Engine) loadPins() {
-	path := e.pinsFile()
-	if path == "" {
-		return
-	}
-	b, err := os.ReadFile(path)
+// Look observes and plans now, writing nothing, and returns that with the
+// engine's memory (last results, pending retries): what `status` shows.
+func (e *Engine) Look() (Snapshot, error) {
+	items, obs, err := e.PlanNow()
 	if err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			e.log.Warn("pins unreadable, starting without", "file", path, "err", err)
-		}
-		return
+		return Snapshot{}, err
 	}
-	var pins []pinEntry
-	if err := json.Unmarshal(b, &pins); err != nil {
-		e.log.Warn("pins unreadable, starting without", "file", path, "err", err)
-		return
-	}
-	for _, p := range pins {
-		var g uint64
-		if _, err := fmt.Sscanf(p.GUID, "%x", &g); err == nil {
-			e.mem.Pins[Key{p.Kind, p.ID}] = g
-		}
-	}
+	snap := e.Snapshot()
+	snap.Items, snap.At, snap.ListenersErr, snap.JournalErrs = items, obs.Now, obs.ListenersErr, e.journalErrsNow()
+	return snap, nil
 }
 
-// savePins persists the pins (called with e.mu held).
-func (e *Engine) savePins() {
-	path := e.pinsFile()
-	if path == "" || e.opt.DryRun {
-		return
-	}
-	var pins []pinEntry
-	for k, g := range e.mem.Pins {
-		pins = append(pins, pinEntry{Kind: k.Kind, ID: k.ID, GUID: fmt.Sprintf("%016x", g)})
-	}
-	slices.SortFunc(pins, func(a, b pinEntry) int { return strings.Compare(string(a.Kind)+a.ID, string(b.Kind)+b.ID) })
-	b, _ := json.MarshalIndent(pins, "", "  ")
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		e.log.Warn("pins not saved", "file", path, "err", err)
-		return
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		e.log.Warn("pins not saved", "file", path, "err", err)
-	}
+func (e *Engine) journalErrsNow() []error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.journalErrs)
 }

@@ -10,7 +10,9 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/kernel"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/saved"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
 )
 
 const (
@@ -64,9 +66,12 @@ func must(t *testing.T, err error) {
 
 func (w *world) engine() *rebind.Engine {
 	w.t.Helper()
-	j, err := rebind.OpenJournal(w.state)
+	// As the daemon does at start: open for writing, clean.
+	j, err := state.Open(w.state)
 	must(w.t, err)
-	return rebind.New(rebind.Options{FS: w.k.FS(), Kernel: w.k, Journal: j, Config: w.cfg, Now: w.clk.now, Fault: w.fault, StateDir: w.state})
+	moved, err := j.Clean()
+	must(w.t, err)
+	return rebind.New(rebind.Options{Tree: w.k.FS(), Kernel: w.k, Store: j, Config: w.cfg, Now: w.clk.now, Fault: w.fault, Declared: saved.Load, Quarantined: moved})
 }
 
 func (w *world) reconcile(e *rebind.Engine) []rebind.Item {
@@ -342,7 +347,7 @@ func TestPinning(t *testing.T) {
 
 func TestUnknownListenersNoWrites(t *testing.T) {
 	w := newWorld(t)
-	w.k.CMIDsErr = kernel.ErrUnsupported
+	w.k.CMIDsErr = rdma.ErrUnsupported
 	e := w.engine()
 	w.reset()
 	items := w.reconcile(e)
@@ -356,9 +361,9 @@ func TestUnknownListenersNoWrites(t *testing.T) {
 
 func TestDryRunWritesNothing(t *testing.T) {
 	w := newWorld(t)
-	j, err := rebind.OpenJournal(w.state)
+	j, err := state.Open(w.state)
 	must(t, err)
-	e := rebind.New(rebind.Options{FS: w.k.FS(), Kernel: w.k, Journal: j, Config: w.cfg, Now: w.clk.now, DryRun: true})
+	e := rebind.New(rebind.Options{Tree: w.k.FS(), Kernel: w.k, Store: j, Config: w.cfg, Now: w.clk.now, DryRun: true})
 	w.reset()
 	items := w.reconcile(e)
 	if log := w.k.LogStrings(); len(log) != 0 {
@@ -394,7 +399,7 @@ func TestCrashAtEveryPoint(t *testing.T) {
 			if !w.k.Listening("nvmet_rdma", "1") || !w.k.Listening("ib_isert", portal) {
 				t.Errorf("not listening after restart: %s", w.k)
 			}
-			ents, _ := rebind.OpenJournal(w.state)
+			ents, _ := state.Open(w.state)
 			if m, bad := ents.Load(); len(m) != 0 || len(bad) != 0 {
 				t.Errorf("journal left: %v %v", m, bad)
 			}
@@ -405,9 +410,9 @@ func TestCrashAtEveryPoint(t *testing.T) {
 func TestRunLoopHealsOnPoke(t *testing.T) {
 	w := newWorld(t)
 	w.clk = nil
-	j, err := rebind.OpenJournal(w.state)
+	j, err := state.Open(w.state)
 	must(t, err)
-	e := rebind.New(rebind.Options{FS: w.k.FS(), Kernel: w.k, Journal: j, Config: w.cfg})
+	e := rebind.New(rebind.Options{Tree: w.k.FS(), Kernel: w.k, Store: j, Config: w.cfg})
 	ctx, cancel := context.WithCancel(context.Background())
 	beats := make(chan struct{}, 100)
 	done := make(chan error, 1)
@@ -438,11 +443,11 @@ func TestJournalCorruptionIsReported(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			w := newWorld(t)
-			j, err := rebind.OpenJournal(w.state)
+			j, err := state.Open(w.state)
 			must(t, err)
 			// Write a valid entry then clobber it.
 			must(t, j.Put(rebind.Intent{Kind: rebind.KindNvmet, ID: "1", Address: "192.0.2.1:4420", Links: []configfs.Link{{Name: nqnA, NQN: nqnA}}}))
-			files := journalFiles(t, j.Dir())
+			files := journalFiles(t, j.JournalDir())
 			must(t, writeFile(files[0], content))
 			e := w.engine()
 			w.reconcile(e)
@@ -452,7 +457,7 @@ func TestJournalCorruptionIsReported(t *testing.T) {
 			if snap := e.Snapshot(); len(snap.JournalErrs) == 0 {
 				t.Error("corruption not reported")
 			}
-			if got := journalFiles(t, j.Dir()); len(got) != 0 {
+			if got := journalFiles(t, j.JournalDir()); len(got) != 0 {
 				t.Errorf("corrupt entry not moved aside: %v", got)
 			}
 		})
@@ -460,8 +465,8 @@ func TestJournalCorruptionIsReported(t *testing.T) {
 }
 
 func TestPlanTable(t *testing.T) {
-	devs := []kernel.Device{{Index: 0, Name: "rxe0", NodeGUID: 1, Ports: []kernel.Port{{Index: 1, NetdevIndex: 4, Netdev: "veth0"}}}}
-	addrs := []kernel.Addr{{Ifindex: 4, Netdev: "veth0", IP: mustAddr("192.0.2.1")}, {Ifindex: 5, Netdev: "eth9", IP: mustAddr("198.51.100.1")}}
+	devs := []rdma.Device{{Index: 0, Name: "rxe0", NodeGUID: 1, Ports: []rdma.Port{{Index: 1, NetdevIndex: 4, Netdev: "veth0"}}}}
+	addrs := []rdma.Addr{{Ifindex: 4, Netdev: "veth0", IP: mustAddr("192.0.2.1")}, {Ifindex: 5, Netdev: "eth9", IP: mustAddr("198.51.100.1")}}
 	port := func(id, tr, addr string, links ...string) configfs.Port {
 		p := configfs.Port{ID: id, Trtype: tr, Adrfam: "ipv4", Traddr: addr, Trsvcid: "4420"}
 		for _, l := range links {

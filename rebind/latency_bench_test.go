@@ -10,6 +10,7 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
 )
 
 // BenchmarkEventToFirstWrite measures, with the real Run loop, the time
@@ -40,13 +41,13 @@ func BenchmarkEventToFirstWrite(b *testing.B) {
 				mu.Unlock()
 				return nil
 			}
-			j, err := rebind.OpenJournal(stateDir(b))
+			j, err := state.Open(stateDir(b))
 			if err != nil {
 				b.Fatal(err)
 			}
 			cfg := rebind.DefaultConfig()
 			cfg.ResyncInterval = time.Hour
-			e := rebind.New(rebind.Options{FS: k.FS(), Kernel: k, Journal: j, Config: cfg})
+			e := rebind.New(rebind.Options{Tree: k.FS(), Kernel: k, Store: j, Config: cfg})
 			beats := make(chan struct{}, 1)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

@@ -16,14 +16,17 @@ package rebind
 
 import (
 	"fmt"
+
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/backoff"
+
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/kernel"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
 )
 
 // Kind says which target code owns a listener.
@@ -137,13 +140,16 @@ func (a Action) String() string {
 type Observed struct {
 	Ports      []configfs.Port
 	Subsystems map[string]bool // nvmet/subsystems/<nqn> exists
-	Portals    []configfs.Portal
-	PortalsErr error // some portals could not be read: never forget their journal
-	Devices    []kernel.Device
-	DevicesErr error
-	Addrs      []kernel.Addr
-	AddrsErr   error
-	Listeners  []kernel.CMID
+	// LinksUnread are the ports whose links were not read: their listener
+	// was alive, and a live port's links are not needed to plan.
+	LinksUnread map[string]bool
+	Portals     []configfs.Portal
+	PortalsErr  error // some portals could not be read: never forget their journal
+	Devices     []rdma.Device
+	DevicesErr  error
+	Addrs       []rdma.Addr
+	AddrsErr    error
+	Listeners   []rdma.CMID
 	// ListenersErr is set when the cm_id table could not be read: whether
 	// anything listens is then unknown and no rebind is planned.
 	ListenersErr error
@@ -305,11 +311,11 @@ func ptr[T any](v T) *T { return &v }
 // netView answers: which netdev holds an address, which RDMA port carries
 // it, and which listeners the kernel has.
 type netView struct {
-	addrs    map[netip.Addr]kernel.Addr
-	carriers kernel.Carriers
-	devByIdx map[uint32]kernel.Device
-	bound    map[lkey][]kernel.CMID // address-bound LISTEN entries
-	wild     map[lkey]bool          // wildcard children (no port)
+	addrs    map[netip.Addr]rdma.Addr
+	carriers rdma.Carriers
+	devByIdx map[uint32]rdma.Device
+	bound    map[lkey][]rdma.CMID // address-bound LISTEN entries
+	wild     map[lkey]bool        // wildcard children (no port)
 }
 
 // lkey indexes listeners by kernel owner and source address.
@@ -319,8 +325,8 @@ type lkey struct {
 }
 
 func netIndex(obs Observed) netView {
-	v := netView{addrs: map[netip.Addr]kernel.Addr{}, carriers: kernel.IndexCarriers(obs.Devices), devByIdx: map[uint32]kernel.Device{},
-		bound: map[lkey][]kernel.CMID{}, wild: map[lkey]bool{}}
+	v := netView{addrs: map[netip.Addr]rdma.Addr{}, carriers: rdma.IndexCarriers(obs.Devices), devByIdx: map[uint32]rdma.Device{},
+		bound: map[lkey][]rdma.CMID{}, wild: map[lkey]bool{}}
 	for _, c := range obs.Listeners {
 		if !c.Listening() {
 			continue
@@ -345,9 +351,9 @@ func netIndex(obs Observed) netView {
 
 // carrier is where an address is and which RDMA port would carry it.
 type carrier struct {
-	addr   kernel.Addr
+	addr   rdma.Addr
 	has    bool // some netdev holds the address
-	dev    kernel.Device
+	dev    rdma.Device
 	port   uint32
 	how    string // "gid" or "netdev" (fallback without a GID table)
 	hasDev bool
@@ -364,7 +370,7 @@ func (v netView) carrierOf(ip netip.Addr) carrier {
 }
 
 // entries returns the LISTEN entries of the endpoint (a specific address).
-func (v netView) entries(e Endpoint) []kernel.CMID {
+func (v netView) entries(e Endpoint) []rdma.CMID {
 	if es := v.bound[lkey{e.Owner(), e.Addr}]; len(es) > 0 {
 		return es
 	}
@@ -560,13 +566,13 @@ func wildcardListening(obs Observed, v netView, e Endpoint) *bool {
 // reach the address through the carrier are rejected. Without a carrier
 // decided from a GID table (address absent, no device carries it, GID table
 // unreadable) an entry is taken as alive: nothing better can be bound.
-func judge(ep Endpoint, obs Observed, v netView, c carrier) (State, kernel.CMID) {
+func judge(ep Endpoint, obs Observed, v netView, c carrier) (State, rdma.CMID) {
 	if obs.ListenersErr != nil {
-		return StateUnknown, kernel.CMID{}
+		return StateUnknown, rdma.CMID{}
 	}
 	es := v.entries(ep)
 	if len(es) == 0 {
-		return StateDead, kernel.CMID{}
+		return StateDead, rdma.CMID{}
 	}
 	if !c.hasDev || c.how != "gid" {
 		return StateListening, es[0]
@@ -657,7 +663,7 @@ func planEndpoint(p *Planned, g *group, obs Observed, mem Memory, cfg Config, v 
 		if sharers > 1 && ep.Kind == KindLIO {
 			it.Reason += fmt.Sprintf(" (iSER listener shared by %d portals)", sharers)
 		}
-		if hd.port.ID != "" && st == StateNone && len(hd.port.Links) == 0 && !hd.port.LinksSkipped {
+		if hd.port.ID != "" && st == StateNone && len(hd.port.Links) == 0 && !obs.LinksUnread[hd.port.ID] {
 			it.Expected = false
 		}
 		if hd.boot != nil && hd.boot.Kind == KindNvmet {
@@ -720,7 +726,7 @@ func planPorts(g *group, st State, obs Observed) (bool, Heal) {
 		port := hd.port
 		k := Key{KindNvmet, port.ID}
 		present := port.Links
-		if port.LinksSkipped {
+		if obs.LinksUnread[port.ID] {
 			expected = true
 			continue // alive when read: nothing to plan
 		}
@@ -924,7 +930,7 @@ func planPortals(g *group, st State, obs Observed) (bool, Heal) {
 // gate applies the conditions shared by every heal: the address is carried
 // by an RDMA device, the give-up timer, the removal and repair graces,
 // pinning and backoff. It returns why not, and when to look again.
-func gate(ep Endpoint, g *group, st State, entry kernel.CMID, obs Observed, mem Memory, cfg Config, c carrier, items []Item) (string, time.Time, bool) {
+func gate(ep Endpoint, g *group, st State, entry rdma.CMID, obs Observed, mem Memory, cfg Config, c carrier, items []Item) (string, time.Time, bool) {
 	now := obs.Now
 	switch {
 	case obs.AddrsErr != nil:
@@ -1076,12 +1082,7 @@ func Learn(mem Memory, eps []EndpointState, items []Item, outcomes []Outcome, no
 			delete(out.NextTry, ep)
 			continue
 		}
-		d := out.Backoff[ep]
-		if d == 0 {
-			d = backoffMin
-		} else {
-			d = min(2*d, backoffMax)
-		}
+		d := backoff.Next(out.Backoff[ep], backoffMin, backoffMax)
 		out.Backoff[ep] = d
 		out.NextTry[ep] = now.Add(d)
 	}

@@ -24,6 +24,8 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/config"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
 )
 
 const (
@@ -237,11 +239,11 @@ func intentJSON(t *testing.T, in rebind.Intent) string {
 
 // journalFileFor returns the file name the journal uses for a key (by
 // writing an entry and looking), leaving the journal empty.
-func journalFileFor(t *testing.T, j *rebind.Journal, k rebind.Kind, id string) string {
+func journalFileFor(t *testing.T, j *state.Store, k rebind.Kind, id string) string {
 	t.Helper()
 	in := rebind.Intent{Kind: k, ID: id, Address: "192.0.2.1:4420", Links: []configfs.Link{{Name: nqnA, NQN: nqnA}}, ISER: k == rebind.KindLIO}
 	must(t, j.Put(in))
-	files := journalFiles(t, j.Dir())
+	files := journalFiles(t, j.JournalDir())
 	if len(files) != 1 {
 		t.Fatalf("journal files %q", files)
 	}
@@ -264,26 +266,26 @@ func TestJournalCorruptionVariants(t *testing.T) {
 	tests := []struct {
 		name       string
 		dead       bool // reset the device before the engine starts
-		prepare    func(t *testing.T, w *world, j *rebind.Journal)
+		prepare    func(t *testing.T, w *world, j *state.Store)
 		reported   bool // Snapshot().JournalErrs must not be empty
 		reconciles int
 	}{
 		{
 			name: "tmp file from a crash before rename", dead: true,
-			prepare: func(t *testing.T, w *world, j *rebind.Journal) {
+			prepare: func(t *testing.T, w *world, j *state.Store) {
 				// A never-committed intent claiming a link port 1 never had.
-				must(t, writeFile(filepath.Join(j.Dir(), ".tmp-4242"), intentJSON(t, rebind.Intent{Kind: rebind.KindNvmet, ID: "1", Address: "192.0.2.1:4420", Links: linksOf("1", nqnA, nqnB, nqnC)})))
+				must(t, writeFile(filepath.Join(j.JournalDir(), ".tmp-4242"), intentJSON(t, rebind.Intent{Kind: rebind.KindNvmet, ID: "1", Address: "192.0.2.1:4420", Links: linksOf("1", nqnA, nqnB, nqnC)})))
 			},
 		},
 		{
 			name: "tmp directory from a crash before rename", dead: true,
-			prepare: func(t *testing.T, w *world, j *rebind.Journal) {
-				must(t, os.MkdirAll(filepath.Join(j.Dir(), ".tmp-77", "x"), 0o700))
+			prepare: func(t *testing.T, w *world, j *state.Store) {
+				must(t, os.MkdirAll(filepath.Join(j.JournalDir(), ".tmp-77", "x"), 0o700))
 			},
 		},
 		{
 			name: "wrong file name for the content, target healthy",
-			prepare: func(t *testing.T, w *world, j *rebind.Journal) {
+			prepare: func(t *testing.T, w *world, j *state.Store) {
 				f := journalFileFor(t, j, rebind.KindNvmet, "2")
 				must(t, writeFile(f, intentJSON(t, rebind.Intent{Kind: rebind.KindNvmet, ID: "1", Address: "192.0.2.1:4420", Links: linksOf("1", nqnA, nqnB, nqnC)})))
 			},
@@ -291,7 +293,7 @@ func TestJournalCorruptionVariants(t *testing.T) {
 		},
 		{
 			name: "wrong file name for the content, target dead", dead: true,
-			prepare: func(t *testing.T, w *world, j *rebind.Journal) {
+			prepare: func(t *testing.T, w *world, j *state.Store) {
 				f := journalFileFor(t, j, rebind.KindNvmet, "2")
 				must(t, writeFile(f, intentJSON(t, rebind.Intent{Kind: rebind.KindNvmet, ID: "1", Address: "192.0.2.1:4420", Links: linksOf("1", nqnA, nqnB, nqnC)})))
 			},
@@ -299,7 +301,7 @@ func TestJournalCorruptionVariants(t *testing.T) {
 		},
 		{
 			name: "directory where the entry file should be", dead: true,
-			prepare: func(t *testing.T, w *world, j *rebind.Journal) {
+			prepare: func(t *testing.T, w *world, j *state.Store) {
 				f := journalFileFor(t, j, rebind.KindNvmet, "1")
 				must(t, os.MkdirAll(filepath.Join(f, "inner"), 0o700))
 			},
@@ -307,21 +309,21 @@ func TestJournalCorruptionVariants(t *testing.T) {
 		},
 		{
 			name: "entry for a port the admin deleted", dead: true,
-			prepare: func(t *testing.T, w *world, j *rebind.Journal) {
+			prepare: func(t *testing.T, w *world, j *state.Store) {
 				must(t, j.Put(rebind.Intent{Kind: rebind.KindNvmet, ID: "9", Address: "192.0.2.1:4429", Links: linksOf("9", nqnA, nqnC)}))
 				must(t, j.Put(rebind.Intent{Kind: rebind.KindLIO, ID: iqn + "/tpgt_1/192.0.2.1:3299", Address: "192.0.2.1:3299", ISER: true}))
 			},
 		},
 		{
 			name: "entry whose address differs (port re-created), dead", dead: true,
-			prepare: func(t *testing.T, w *world, j *rebind.Journal) {
+			prepare: func(t *testing.T, w *world, j *state.Store) {
 				must(t, j.Put(rebind.Intent{Kind: rebind.KindNvmet, ID: "1", Address: "192.0.2.9:4420", Links: linksOf("1", nqnA, nqnB, nqnC)}))
 			},
 			reconciles: 2, // the first drops the entry, the second rebinds
 		},
 		{
 			name: "entry whose address differs (port re-created), healthy",
-			prepare: func(t *testing.T, w *world, j *rebind.Journal) {
+			prepare: func(t *testing.T, w *world, j *state.Store) {
 				must(t, j.Put(rebind.Intent{Kind: rebind.KindNvmet, ID: "1", Address: "192.0.2.1:4499", Links: linksOf("1", nqnA, nqnB, nqnC)}))
 			},
 		},
@@ -335,7 +337,7 @@ func TestJournalCorruptionVariants(t *testing.T) {
 			w.k.AddPort("2", "rdma", "ipv4", "192.0.2.1", "4421")
 			admin := configfs.NewWithOps(w.k.Root, w.k.Admin())
 			must(t, admin.Relink("2", configfs.Link{Name: nqnA, NQN: nqnA}))
-			j, err := rebind.OpenJournal(w.state)
+			j, err := state.Open(w.state)
 			must(t, err)
 			tt.prepare(t, w, j)
 			if tt.dead {
@@ -386,10 +388,10 @@ func TestJournalCorruptionVariants(t *testing.T) {
 			if m, bad := j.Load(); len(m) != 0 || len(bad) != 0 {
 				t.Errorf("journal after recovery: %v %v", m, bad)
 			}
-			for _, f := range journalFiles(t, j.Dir()) {
+			for _, f := range journalFiles(t, j.JournalDir()) {
 				t.Errorf("journal entry left: %s", f)
 			}
-			if ents, _ := os.ReadDir(j.Dir()); slices.ContainsFunc(ents, func(e os.DirEntry) bool { return e.Name() == ".tmp-4242" }) {
+			if ents, _ := os.ReadDir(j.JournalDir()); slices.ContainsFunc(ents, func(e os.DirEntry) bool { return e.Name() == ".tmp-4242" }) {
 				t.Error("uncommitted .tmp- file not cleaned up")
 			}
 		})
@@ -398,9 +400,9 @@ func TestJournalCorruptionVariants(t *testing.T) {
 
 func TestJournalDirIsAFile(t *testing.T) {
 	t.Parallel()
-	state := t.TempDir()
-	must(t, writeFile(filepath.Join(state, "journal"), "not a directory"))
-	if _, err := rebind.OpenJournal(state); err == nil {
+	dir := t.TempDir()
+	must(t, writeFile(filepath.Join(dir, "journal"), "not a directory"))
+	if _, err := state.Open(dir); err == nil {
 		t.Error("OpenJournal accepted a regular file as the journal directory")
 	}
 }
@@ -521,9 +523,9 @@ func TestFlapping(t *testing.T) {
 	}
 }
 
-func mustJournal(t *testing.T, state string) *rebind.Journal {
+func mustJournal(t *testing.T, dir string) *state.Store {
 	t.Helper()
-	j, err := rebind.OpenJournal(state)
+	j, err := state.Open(dir)
 	must(t, err)
 	return j
 }
@@ -563,7 +565,7 @@ func TestFlappingRunLoop(t *testing.T) {
 	w.k.ReadDirHook = func(string) { probe() }
 	fault := func(string) bool { probe(); return false }
 
-	e := rebind.New(rebind.Options{FS: w.k.FS(), Kernel: w.k, Journal: j, Config: w.cfg, Fault: fault, StateDir: w.state})
+	e := rebind.New(rebind.Options{Tree: w.k.FS(), Kernel: w.k, Store: j, Config: w.cfg, Fault: fault})
 
 	runtime.GC()
 	g0, fd0 := runtime.NumGoroutine(), openFDs(t)
@@ -910,7 +912,7 @@ func TestConfigHostile(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := rebind.ParseConfig("c.toml", []byte(tt.text))
+			got, err := config.Parse("c.toml", []byte(tt.text))
 			if tt.want == "" {
 				if err != nil {
 					t.Fatalf("err = %v", err)
@@ -934,21 +936,21 @@ func TestConfigHostile(t *testing.T) {
 
 func TestJournalModes(t *testing.T) {
 	t.Parallel()
-	state := filepath.Join(t.TempDir(), "state")
-	must(t, os.Mkdir(state, 0o755))
-	must(t, os.Chmod(state, 0o755)) // whatever the umask
-	j, err := rebind.OpenJournal(state)
+	sd := filepath.Join(t.TempDir(), "sd")
+	must(t, os.Mkdir(sd, 0o755))
+	must(t, os.Chmod(sd, 0o755)) // whatever the umask
+	j, err := state.Open(sd)
 	must(t, err)
 	must(t, j.Put(rebind.Intent{Kind: rebind.KindNvmet, ID: "1", Address: "192.0.2.1:4420", Links: []configfs.Link{{Name: nqnA, NQN: nqnA}}}))
 	must(t, j.Put(rebind.Intent{Kind: rebind.KindLIO, ID: portal, Address: "192.0.2.1:3260", ISER: true}))
-	for path, want := range map[string]os.FileMode{state: 0o700, j.Dir(): 0o700} {
+	for path, want := range map[string]os.FileMode{sd: 0o700, j.JournalDir(): 0o700} {
 		st, err := os.Stat(path)
 		must(t, err)
 		if got := st.Mode().Perm(); got != want {
 			t.Errorf("%s: mode %v, want %v", path, got, want)
 		}
 	}
-	files := journalFiles(t, j.Dir())
+	files := journalFiles(t, j.JournalDir())
 	if len(files) != 2 {
 		t.Fatalf("journal files %q", files)
 	}
@@ -960,11 +962,11 @@ func TestJournalModes(t *testing.T) {
 		}
 	}
 	// An existing journal dir that is too open is tightened too.
-	must(t, os.Chmod(j.Dir(), 0o777))
-	must(t, os.Chmod(state, 0o775))
-	_, err = rebind.OpenJournal(state)
+	must(t, os.Chmod(j.JournalDir(), 0o777))
+	must(t, os.Chmod(sd, 0o775))
+	_, err = state.Open(sd)
 	must(t, err)
-	for _, path := range []string{state, j.Dir()} {
+	for _, path := range []string{sd, j.JournalDir()} {
 		st, err := os.Stat(path)
 		must(t, err)
 		if got := st.Mode().Perm(); got != 0o700 {
@@ -982,13 +984,13 @@ func TestLoadConfigSymlinkToWritable(t *testing.T) {
 	must(t, os.Symlink(target, link))
 	for _, mode := range []os.FileMode{0o666, 0o646, 0o620} {
 		must(t, os.Chmod(target, mode))
-		if _, err := rebind.LoadConfig(link); err == nil || !strings.Contains(err.Error(), "writable by group or others") {
+		if _, err := config.Load(link); err == nil || !strings.Contains(err.Error(), "writable by group or others") {
 			t.Errorf("symlink to a %v file: err = %v", mode, err)
 		}
 	}
 	// A symlink to a safe file is fine.
 	must(t, os.Chmod(target, 0o644))
-	c, err := rebind.LoadConfig(link)
+	c, err := config.Load(link)
 	must(t, err)
 	if !c.PinDevice {
 		t.Errorf("config through a symlink not read: %+v", c)
@@ -997,7 +999,7 @@ func TestLoadConfigSymlinkToWritable(t *testing.T) {
 	link2 := filepath.Join(dir, "chain.toml")
 	must(t, os.Symlink(link, link2))
 	must(t, os.Chmod(target, 0o666))
-	if _, err := rebind.LoadConfig(link2); err == nil {
+	if _, err := config.Load(link2); err == nil {
 		t.Error("chain of symlinks to a world-writable file accepted")
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/backoff"
+
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -48,7 +50,7 @@ func watchRtnetlink(ctx context.Context, poke func(Hint), opts Options, sub rtnl
 		force:        hasNetAdmin(),
 		listExisting: true,
 	}
-	b := backoff{min: o.MinBackoff, max: o.MaxBackoff}
+	b := backoff.Backoff{Min: o.MinBackoff, Max: o.MaxBackoff}
 	reason := "rtnetlink subscribed"
 	for {
 		if ctx.Err() != nil {
@@ -75,8 +77,8 @@ func watchRtnetlink(ctx context.Context, poke func(Hint), opts Options, sub rtnl
 		}
 		reason = fmt.Sprintf("resync after %v", err)
 		if time.Since(start) >= o.MaxBackoff {
-			b.reset()
-		} else if !wait(ctx, b.next()) {
+			b.Reset()
+		} else if !wait(ctx, b.Next()) {
 			return ctx.Err()
 		}
 	}

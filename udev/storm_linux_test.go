@@ -19,6 +19,7 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
 )
 
 const stormSize = 10000
@@ -273,11 +274,11 @@ func TestUeventStormHealsReset(t *testing.T) {
 	if err := admin.SetISER(portal, true); err != nil {
 		t.Fatal(err)
 	}
-	j, err := rebind.OpenJournal(t.TempDir())
+	j, err := state.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := rebind.New(rebind.Options{FS: k.FS(), Kernel: k, Journal: j, Config: rebind.DefaultConfig()})
+	e := rebind.New(rebind.Options{Tree: k.FS(), Kernel: k, Store: j, Config: rebind.DefaultConfig()})
 
 	const resetAt = stormSize / 2
 	msgs, relevant := stormEvents(stormSize, resetAt)

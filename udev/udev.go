@@ -173,21 +173,6 @@ func (c *counters) load() Counts {
 }
 
 // backoff doubles from min to max; reset starts over.
-type backoff struct {
-	min, max, cur time.Duration
-}
-
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(2*b.cur, b.max)
-	}
-	return b.cur
-}
-
-func (b *backoff) reset() { b.cur = 0 }
-
 // wait returns false when ctx is done first.
 func wait(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)

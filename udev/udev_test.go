@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/backoff"
+
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -69,13 +71,13 @@ func TestRelevant(t *testing.T) {
 
 func TestBackoff(t *testing.T) {
 	t.Parallel()
-	b := backoff{min: 100 * time.Millisecond, max: 5 * time.Second}
+	b := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	var got []time.Duration
 	for range 8 {
-		got = append(got, b.next())
+		got = append(got, b.Next())
 	}
-	b.reset()
-	got = append(got, b.next())
+	b.Reset()
+	got = append(got, b.Next())
 	ms := time.Millisecond
 	want := []time.Duration{100 * ms, 200 * ms, 400 * ms, 800 * ms, 1600 * ms, 3200 * ms, 5000 * ms, 5000 * ms, 100 * ms}
 	if diff := cmp.Diff(want, got); diff != "" {

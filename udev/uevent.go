@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/backoff"
 )
 
 // Conn is the kernel uevent socket, small enough to fake.
@@ -34,7 +36,7 @@ func WatchUevents(ctx context.Context, poke func(Hint), opts Options) error {
 		o.Dial = func() (Conn, error) { return dialUevents(rcvbuf) }
 	}
 	st := &o.Stats.uevent
-	b := backoff{min: o.MinBackoff, max: o.MaxBackoff}
+	b := backoff.Backoff{Min: o.MinBackoff, Max: o.MaxBackoff}
 	reason := "uevent socket open"
 	for {
 		if ctx.Err() != nil {
@@ -47,7 +49,7 @@ func WatchUevents(ctx context.Context, poke func(Hint), opts Options) error {
 			}
 			st.errors.Add(1)
 			reason = fmt.Sprintf("resync after %v", err)
-			if !wait(ctx, b.next()) {
+			if !wait(ctx, b.Next()) {
 				return ctx.Err()
 			}
 			continue
@@ -66,8 +68,8 @@ func WatchUevents(ctx context.Context, poke func(Hint), opts Options) error {
 		st.reconnects.Add(1)
 		reason = fmt.Sprintf("resync after %v", err)
 		if time.Since(start) >= o.MaxBackoff {
-			b.reset()
-		} else if !wait(ctx, b.next()) {
+			b.Reset()
+		} else if !wait(ctx, b.Next()) {
 			return ctx.Err()
 		}
 	}

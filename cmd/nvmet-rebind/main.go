@@ -11,43 +11,35 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/nvmet-rebind/nvmet-rebind/configfs"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/config"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/control"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/metrics"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/sdnotify"
-	"github.com/nvmet-rebind/nvmet-rebind/udev"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/daemon"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/status"
 )
 
 // version is set with -ldflags "-X main.version=...".
 var version = "dev"
 
-// exitError carries an exit code through urfave/cli.
-type exitError struct {
-	code int
-	err  error
+// exit returns err with an exit code (cli.Exit); a nil err is a bare code.
+func exit(code int, err error) cli.ExitCoder {
+	if err == nil {
+		return cli.Exit("", code)
+	}
+	return cli.Exit(err.Error(), code)
 }
-
-func (e *exitError) Error() string { return e.err.Error() }
 
 func main() {
 	app := newApp(os.Stdout, os.Stderr)
 	if err := app.Run(os.Args); err != nil {
 		code := 2
-		var ee *exitError
-		if errors.As(err, &ee) {
-			code = ee.code
+		var ec cli.ExitCoder
+		if errors.As(err, &ec) {
+			code = ec.ExitCode()
 		}
 		if err.Error() != "" {
 			fmt.Fprintln(os.Stderr, "nvmet-rebind:", err)
@@ -96,7 +88,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 func newLogger(c *cli.Context) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(c.String("log-level"))); err != nil {
-		return nil, &exitError{2, fmt.Errorf("--log-level %q: use debug, info, warn or error", c.String("log-level"))}
+		return nil, exit(2, fmt.Errorf("--log-level %q: use debug, info, warn or error", c.String("log-level")))
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
 	if stderrIsJournal() {
@@ -123,342 +115,154 @@ func stderrIsJournal() bool {
 	return js == fmt.Sprintf("%d:%d", st.Dev, st.Ino)
 }
 
-type env struct {
-	cfg    rebind.Config
-	log    *slog.Logger
-	fs     *configfs.FS
-	kernel *rebind.LiveKernel
-	eng    *rebind.Engine
+func paths(c *cli.Context) daemon.Paths {
+	return daemon.Paths{Config: c.String("config"), Configfs: c.String("configfs-root"), Sysfs: c.String("sysfs-root"),
+		State: c.String("state-dir"), Run: c.String("run-dir")}
 }
-
-func setup(c *cli.Context, dryRun bool) (*env, error) { return setupWith(c, dryRun, 0) }
-
-// setupWith builds the engine; heartbeat > 0 makes the loop beat for the
-// systemd watchdog.
-func setupWith(c *cli.Context, dryRun bool, heartbeat time.Duration) (*env, error) {
-	log, err := newLogger(c)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := rebind.LoadConfig(c.String("config"))
-	if err != nil {
-		return nil, &exitError{2, err}
-	}
-	e := &env{cfg: cfg, log: log, fs: configfs.New(c.String("configfs-root")), kernel: rebind.NewLiveKernel(c.String("sysfs-root"))}
-	opts := rebind.Options{FS: e.fs, Kernel: e.kernel, Config: cfg, Logger: log, DryRun: dryRun, HeartbeatEvery: heartbeat}
-	if !dryRun {
-		j, err := rebind.OpenJournal(c.String("state-dir"))
-		if err != nil {
-			return nil, &exitError{2, err}
-		}
-		opts.Journal, opts.StateDir = j, c.String("state-dir")
-		opts.Fault = faultHook()
-	} else if j, err := readOnlyJournal(c.String("state-dir")); err == nil {
-		opts.Journal = j
-	}
-	e.eng = rebind.New(opts)
-	return e, nil
-}
-
-// readOnlyJournal opens an existing journal without creating anything.
-func readOnlyJournal(stateDir string) (*rebind.Journal, error) {
-	if _, err := os.Stat(filepath.Join(stateDir, "journal")); err != nil {
-		return nil, err
-	}
-	return rebind.OpenJournal(stateDir)
-}
-
-func pidFile(c *cli.Context) string { return filepath.Join(c.String("state-dir"), "nvmet-rebind.pid") }
 
 func cmdRun(c *cli.Context) error {
-	notify, err := sdnotify.New()
-	if err != nil {
-		return &exitError{2, err}
-	}
-	var beat time.Duration
-	if d, ok := notify.WatchdogInterval(); ok {
-		beat = d / 2
-	}
-	e, err := setupWith(c, c.Bool("dry-run"), beat)
+	log, err := newLogger(c)
 	if err != nil {
 		return err
 	}
-	defer e.kernel.Close()
-	unlock, err := lockStateDir(c.String("state-dir"))
-	if err != nil {
-		return &exitError{2, err}
+	err = daemon.Run(c.Context, paths(c), log, daemon.RunOptions{DryRun: c.Bool("dry-run"),
+		MetricsListen: c.String("metrics-listen"), Version: version, Fault: faultHook()})
+	var se *daemon.SetupError
+	switch {
+	case errors.As(err, &se):
+		return exit(2, err)
+	case err != nil:
+		return exit(1, err)
 	}
-	defer unlock()
-	if err := os.WriteFile(pidFile(c), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
-		return &exitError{2, fmt.Errorf("pid file: %w", err)}
-	}
-	defer os.Remove(pidFile(c))
-
-	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-
-	e.log.Info("starting", "version", version, "configfs", e.fs.Root(), "watch", fmt.Sprint(e.cfg.Watch),
-		"give_up_after", e.cfg.GiveUpAfter, "pin_device", e.cfg.PinDevice, "resync_interval", e.cfg.ResyncInterval, "dry_run", c.Bool("dry-run"))
-
-	poke := func(h udev.Hint) {
-		e.log.Debug("event", "source", h.Source, "reason", h.Reason, "resync", h.Resync)
-		e.eng.Poke()
-	}
-	stats := new(udev.Stats)
-	var wg sync.WaitGroup
-	errc := make(chan error, 4)
-	task := func(name string, fn func() error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := fn(); err != nil && ctx.Err() == nil {
-				errc <- fmt.Errorf("%s: %w", name, err)
-			}
-		}()
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	task("uevents", func() error { return udev.WatchUevents(ctx, poke, udev.Options{Stats: stats}) })
-	task("rtnetlink", func() error { return udev.WatchRtnetlink(ctx, poke, udev.Options{Stats: stats}) })
-	var readyOnce sync.Once
-	task("reconciler", func() error {
-		err := e.eng.Run(ctx, func() {
-			// READY=1 after the first full reconcile; then every beat
-			// proves the loop is alive.
-			readyOnce.Do(func() {
-				if err := notify.Ready(); err != nil {
-					e.log.Warn("sd_notify READY failed", "err", err)
-				}
-				notify.Status("reconciling; see nvmet-rebind status")
-			})
-			if err := notify.Watchdog(); err != nil {
-				e.log.Warn("sd_notify WATCHDOG failed", "err", err)
-			}
-		})
-		if errors.Is(err, context.Canceled) {
-			return nil
-		}
-		return err
-	})
-	if addr := c.String("metrics-listen"); addr != "" {
-		if err := metrics.CheckAddr(addr, false); err != nil {
-			return &exitError{2, err}
-		}
-		col := metrics.NewCollector(e.eng, stats)
-		task("metrics", func() error { return metrics.Serve(ctx, addr, col) })
-	}
-	srv, err := control.Listen(sockPath(c), e.handler(c))
-	if err != nil {
-		return &exitError{2, err}
-	}
-	task("control", func() error { return srv.Serve(ctx) })
-	task("signals", func() error {
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-hup:
-				if err := notify.Reloading(); err != nil {
-					e.log.Warn("sd_notify RELOADING failed", "err", err)
-				}
-				cfg, err := rebind.LoadConfig(c.String("config"))
-				if err != nil {
-					e.log.Error("reload refused, keeping the old config", "err", err)
-					notify.Status("reload refused: " + err.Error())
-				} else {
-					e.eng.SetConfig(cfg)
-					e.log.Info("config reloaded; give-up windows restarted", "watch", fmt.Sprint(cfg.Watch), "give_up_after", cfg.GiveUpAfter)
-					e.eng.Poke()
-				}
-				// Always READY again, or `systemctl reload` hangs.
-				if err := notify.Ready(); err != nil {
-					e.log.Warn("sd_notify READY failed", "err", err)
-				}
-			}
-		}
-	})
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case runErr = <-errc:
-	}
-	if err := notify.Stopping(); err != nil {
-		e.log.Warn("sd_notify STOPPING failed", "err", err)
-	}
-	cancel()
-	wg.Wait()
-	if runErr != nil {
-		return &exitError{1, runErr}
-	}
-	e.log.Info("stopped")
 	return nil
 }
 
-func sockPath(c *cli.Context) string { return filepath.Join(c.String("run-dir"), "control.sock") }
-
-// handler serves the control socket from the running engine.
-func (e *env) handler(c *cli.Context) control.Handler {
-	return func(ctx context.Context, req control.Request) (any, error) {
-		switch req.Cmd {
-		case "status":
-			r, _, err := e.eng.Status("daemon")
-			return r, err
-		case "trigger":
-			e.eng.Poke()
-			return map[string]bool{"poked": true}, nil
-		case "reload":
-			cfg, err := rebind.LoadConfig(c.String("config"))
-			if err != nil {
-				e.log.Error("reload refused, keeping the old config", "err", err)
-				return nil, fmt.Errorf("%w; the daemon keeps its current config", err)
-			}
-			e.eng.SetConfig(cfg)
-			e.log.Info("config reloaded; give-up windows restarted", "watch", fmt.Sprint(cfg.Watch), "give_up_after", cfg.GiveUpAfter)
-			e.eng.Poke()
-			return map[string]bool{"reloaded": true}, nil
-		case "rebind":
-			return e.rebindOne(ctx, req.ID)
-		}
-		return nil, fmt.Errorf("unknown command %q", req.Cmd)
+// direct builds an engine without a daemon: read-only for observers; for
+// writers under the state-dir lock (released by the returned func).
+func direct(c *cli.Context, mode daemon.Mode) (*daemon.Env, func(), error) {
+	log, err := newLogger(c)
+	if err != nil {
+		return nil, nil, err
 	}
-}
-
-// rebindOne forgets the give-up window and backoff of one listener and
-// reconciles at once; it answers with that listener's status.
-func (e *env) rebindOne(ctx context.Context, id string) (rebind.ListenerStatus, error) {
-	k := rebind.Key{Kind: rebind.KindNvmet, ID: id}
-	if strings.Contains(id, "/") {
-		k.Kind = rebind.KindLIO
-	}
-	e.eng.Retry(k)
-	if _, err := e.eng.Reconcile(ctx); err != nil {
-		return rebind.ListenerStatus{}, err
-	}
-	r := rebind.Report(e.eng.Snapshot(), "daemon")
-	for _, l := range r.Listeners {
-		if l.Kind == string(k.Kind) && l.ID == id {
-			return l, nil
+	unlock := func() {}
+	if mode == daemon.Write {
+		if unlock, err = daemon.Lock(c.String("state-dir")); err != nil {
+			return nil, nil, exit(2, err)
 		}
 	}
-	return rebind.ListenerStatus{}, fmt.Errorf("%s: no such port or portal in configfs (ids are shown by `nvmet-rebind status`)", k)
+	env, err := daemon.Open(paths(c), log, mode, faultHook())
+	if err != nil {
+		unlock()
+		return nil, nil, exit(2, err)
+	}
+	return env, func() { env.Close(); unlock() }, nil
 }
 
 func cmdTrigger(c *cli.Context) error {
 	ctx, cancel := context.WithTimeout(c.Context, 2*time.Second)
-	err := control.Call(ctx, sockPath(c), control.Request{Cmd: "trigger"}, nil)
+	err := control.Call(ctx, paths(c).Socket(), control.Request{Cmd: "trigger"}, nil)
 	cancel()
 	if err == nil || !errors.Is(err, control.ErrNoDaemon) {
 		return err
 	}
 	// No daemon: one bounded reconcile, under the lock the daemon holds.
-	e, err := setup(c, false)
+	env, done, err := direct(c, daemon.Write)
 	if err != nil {
-		return err
-	}
-	defer e.kernel.Close()
-	unlock, err := lockStateDir(c.String("state-dir"))
-	if err != nil {
-		fmt.Fprintln(c.App.ErrWriter, "nvmet-rebind: trigger: another reconciler holds the lock; nothing to do")
+		fmt.Fprintln(c.App.ErrWriter, "nvmet-rebind: trigger:", err, "; nothing done")
 		return nil
 	}
-	defer unlock()
+	defer done()
 	ctx, cancel = context.WithTimeout(c.Context, 20*time.Second)
 	defer cancel()
-	if _, err := e.eng.Reconcile(ctx); err != nil {
-		return &exitError{2, err}
+	if _, err := env.Engine.Reconcile(ctx); err != nil {
+		return exit(2, err)
 	}
 	return nil
 }
 
 func cmdRebind(c *cli.Context) error {
-	id := c.Args().First()
-	if id == "" || c.NArg() != 1 {
-		return &exitError{2, errors.New("rebind: give one port id or portal id (see `nvmet-rebind status`)")}
+	k, err := daemon.KeyOf(c.Args().First())
+	if err != nil || c.NArg() != 1 {
+		if err == nil {
+			err = errors.New("give one port id or portal id (see `nvmet-rebind status`)")
+		}
+		return exit(2, fmt.Errorf("rebind: %w", err))
 	}
-	var ls rebind.ListenerStatus
+	var ls status.ListenerStatus
 	ctx, cancel := context.WithTimeout(c.Context, 30*time.Second)
 	defer cancel()
-	err := control.Call(ctx, sockPath(c), control.Request{Cmd: "rebind", ID: id}, &ls)
+	err = control.Call(ctx, paths(c).Socket(), control.Request{Cmd: "rebind", ID: k.ID}, &ls)
 	if errors.Is(err, control.ErrNoDaemon) {
-		e, serr := setup(c, false)
-		if serr != nil {
-			return serr
+		env, done, derr := direct(c, daemon.Write)
+		if derr != nil {
+			return derr
 		}
-		defer e.kernel.Close()
-		unlock, lerr := lockStateDir(c.String("state-dir"))
-		if lerr != nil {
-			return &exitError{2, lerr}
+		defer done()
+		env.Engine.Retry(k)
+		items, rerr := env.Engine.Reconcile(ctx)
+		if rerr != nil {
+			return exit(2, rerr)
 		}
-		defer unlock()
-		ls, err = e.rebindOne(ctx, id)
+		ls, err = daemon.Find(items, env.Engine.Snapshot(), k)
 	}
 	if err != nil {
-		return &exitError{2, err}
+		return exit(2, err)
 	}
-	fmt.Fprintf(c.App.Writer, "%s %s: listening=%s: %s\n", ls.Kind, ls.ID, yesNo(ls.Listening), ls.Reason)
+	fmt.Fprintf(c.App.Writer, "%s %s: listening=%s: %s\n", ls.Kind, ls.ID, status.YesNo(ls.Listening), ls.Reason)
 	if ls.Listening == nil || !*ls.Listening {
-		return &exitError{1, errors.New("")}
+		return exit(1, nil)
 	}
 	return nil
 }
 
 func cmdReload(c *cli.Context) error {
-	if _, err := rebind.LoadConfig(c.String("config")); err != nil {
-		return &exitError{2, fmt.Errorf("%w; the daemon keeps its current config", err)}
+	if _, err := config.Load(c.String("config")); err != nil {
+		return exit(2, fmt.Errorf("%w; the daemon keeps its current config", err))
 	}
 	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
 	defer cancel()
-	err := control.Call(ctx, sockPath(c), control.Request{Cmd: "reload"}, nil)
+	err := control.Call(ctx, paths(c).Socket(), control.Request{Cmd: "reload"}, nil)
 	if err == nil {
 		fmt.Fprintf(c.App.Writer, "config %s is valid; daemon reloaded it\n", c.String("config"))
 		return nil
 	}
 	if !errors.Is(err, control.ErrNoDaemon) {
-		return &exitError{2, err}
+		return exit(2, err)
 	}
-	// No answer on the socket. Never signal a pid from a file: after a
-	// crash it may belong to another process. The lock tells whether a
-	// daemon is there at all.
-	unlock, lerr := lockStateDir(c.String("state-dir"))
+	// No answer on the socket. Never signal a pid: after a crash it may
+	// belong to another process. The lock tells whether a daemon is there.
+	unlock, lerr := daemon.Lock(c.String("state-dir"))
 	if lerr != nil {
-		return &exitError{2, fmt.Errorf("config %s is valid, but the daemon holding %s does not answer on %s (%v); use systemctl reload nvmet-rebind", c.String("config"), c.String("state-dir"), sockPath(c), err)}
+		return exit(2, fmt.Errorf("config %s is valid, but the daemon holding %s does not answer on %s (%v); use systemctl reload nvmet-rebind", c.String("config"), c.String("state-dir"), paths(c).Socket(), err))
 	}
 	unlock()
 	fmt.Fprintf(c.App.Writer, "config %s is valid; no daemon is running, nothing to reload\n", c.String("config"))
 	return nil
 }
 
-// snapshot observes and plans once without writing (status, check, plan).
-func snapshot(c *cli.Context) (rebind.StatusReport, []rebind.Item, error) {
-	e, err := setup(c, true)
-	if err != nil {
-		return rebind.StatusReport{}, nil, err
-	}
-	defer e.kernel.Close()
-	r, items, err := e.eng.Status("direct")
-	if err != nil {
-		return rebind.StatusReport{}, nil, &exitError{2, err}
-	}
-	return r, items, nil
-}
-
-// liveOrDirect asks the daemon for its live status, else reads directly.
-func liveOrDirect(c *cli.Context) (rebind.StatusReport, error) {
+// liveOrDirect asks the daemon for its live status, else reads directly
+// (read-only: nothing is created or changed).
+func liveOrDirect(c *cli.Context) (status.StatusReport, error) {
 	ctx, cancel := context.WithTimeout(c.Context, 5*time.Second)
 	defer cancel()
-	var r rebind.StatusReport
-	err := control.Call(ctx, sockPath(c), control.Request{Cmd: "status"}, &r)
+	var r status.StatusReport
+	err := control.Call(ctx, paths(c).Socket(), control.Request{Cmd: "status"}, &r)
 	if err == nil {
 		return r, nil
 	}
 	if !errors.Is(err, control.ErrNoDaemon) {
 		fmt.Fprintf(c.App.ErrWriter, "nvmet-rebind: daemon status unavailable (%v); reading the kernel directly\n", err)
 	}
-	r, _, err = snapshot(c)
-	return r, err
+	env, done, err := direct(c, daemon.ReadOnly)
+	if err != nil {
+		return r, err
+	}
+	defer done()
+	snap, err := env.Engine.Look()
+	if err != nil {
+		return r, exit(2, err)
+	}
+	return status.Report(snap, "direct"), nil
 }
 
 func cmdStatus(c *cli.Context) error {
@@ -471,79 +275,7 @@ func cmdStatus(c *cli.Context) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(r)
 	}
-	w := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "KIND\tID\tADDRESS\tSTATE\tSHARERS\tLISTENER ON\tCARRIED BY\tNETDEV\tMANAGED\tLAST ACTION\tRETRY\tREASON")
-	for _, l := range r.Listeners {
-		addr := l.Address
-		if l.Service != "" {
-			addr = joinHostPort(l.Address, l.Service)
-		}
-		last := "-"
-		if l.LastAction != "" {
-			last = l.LastAction + ": " + l.LastResult
-			if l.LastAt != nil {
-				last += " (" + l.LastAt.Local().Format(time.TimeOnly) + ")"
-			}
-		}
-		retry := "-"
-		if l.RetryAt != nil {
-			retry = "in " + time.Until(*l.RetryAt).Round(time.Millisecond).String()
-		}
-		state := l.State
-		if state == "" {
-			state = "-"
-		}
-		sharers := "-"
-		if l.Sharers > 0 {
-			sharers = strconv.Itoa(l.Sharers)
-		}
-		on := "-"
-		if l.State == "listening" || l.State == "stranded" {
-			on = dash(l.Device)
-		}
-		carried := "-"
-		if l.RDMADevice != "" {
-			carried = l.RDMADevice + "/" + strconv.Itoa(int(l.RDMAPort))
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Kind, l.ID, dash(addr), state, sharers, on, carried, dash(l.Netdev),
-			yesNoB(l.Managed), last, retry, l.Reason)
-	}
-	fmt.Fprintf(w, "\n(source: %s)\n", r.Source)
-	if err := w.Flush(); err != nil {
-		return err
-	}
-	if r.ListenersError != "" {
-		fmt.Fprintf(c.App.Writer, "\nlistening is unknown: %s\n", r.ListenersError)
-	}
-	return nil
-}
-
-func joinHostPort(a, p string) string {
-	if strings.Contains(a, ":") {
-		return "[" + a + "]:" + p
-	}
-	return a + ":" + p
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func yesNo(b *bool) string {
-	if b == nil {
-		return "unknown"
-	}
-	return yesNoB(*b)
-}
-
-func yesNoB(b bool) string {
-	if b {
-		return "yes"
-	}
-	return "no"
+	return status.WriteTable(c.App.Writer, r)
 }
 
 func cmdCheck(c *cli.Context) error {
@@ -551,30 +283,30 @@ func cmdCheck(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	h, why := rebind.Check(r)
+	h, why := status.Check(r)
 	for _, s := range why {
 		fmt.Fprintln(c.App.Writer, s)
 	}
 	switch h {
-	case rebind.Healthy:
+	case status.Healthy:
 		fmt.Fprintln(c.App.Writer, "ok: every managed listener is alive")
 		return nil
-	case rebind.Dead:
-		return &exitError{1, errors.New("")}
+	case status.Dead:
+		return exit(1, nil)
 	default:
-		return &exitError{2, errors.New("")}
+		return exit(2, nil)
 	}
 }
 
 func cmdPlan(c *cli.Context) error {
-	e, err := setup(c, true)
+	env, done, err := direct(c, daemon.ReadOnly)
 	if err != nil {
 		return err
 	}
-	defer e.kernel.Close()
-	pl, _, err := e.eng.PlanAll()
+	defer done()
+	pl, _, err := env.Engine.PlanAll()
 	if err != nil {
-		return &exitError{2, err}
+		return exit(2, err)
 	}
 	for _, h := range pl.Heals {
 		what := h.Endpoint.String()

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // The test binary doubles as nvmet-rebind: run with NVMET_REBIND_AS_MAIN=1
@@ -137,6 +139,14 @@ func TestDaemonNotifyAndControl(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Source != "daemon" || len(r.Listeners) != 1 || r.Listeners[0].Managed {
 		t.Errorf("status --json (exit %d): %s", code, out)
 	}
+	// A reload through the socket is the same reload as SIGHUP.
+	if out, code := d.run("reload"); code != 0 {
+		t.Errorf("reload exit %d: %s", code, out)
+	}
+	if m := expect("RELOADING=1"); !strings.Contains(m, "\nMONOTONIC_USEC=") {
+		t.Errorf("RELOADING datagram without MONOTONIC_USEC: %q", m)
+	}
+	expect("READY=1")
 	if out, code := d.run("trigger"); code != 0 {
 		t.Errorf("trigger exit %d: %s", code, out)
 	}
@@ -218,4 +228,96 @@ func TestBadInputExitCodes(t *testing.T) {
 	if out, code := d.run("plan"); code != 2 {
 		t.Errorf("plan with a refused config: exit %d: %s", code, out)
 	}
+}
+
+// snapshotDir records every entry under dir: path, mode, and content.
+func snapshotDir(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, de os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		st, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		v := st.Mode().String()
+		if st.Mode().IsRegular() {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			v += " " + string(b)
+		}
+		out[p] = v
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Observers are read-only: status, check and plan, with and without a
+// daemon, leave the state directory byte for byte as it was — a temp file
+// of a crash, a corrupt entry, a pins file and loose modes included (only
+// the writer cleans up, at its start).
+func TestObserversLeaveStateDirUntouched(t *testing.T) {
+	d := newDaemonEnv(t)
+	state := filepath.Join(d.dir, "state")
+	for p, v := range map[string]string{
+		"journal/.tmp-123":                          "half a put",
+		"journal/nvmet-bad.json":                    "{garbage",
+		"journal/lio-0123456789abcdef01234567.json": `{"version":1,"kind":"lio","id":"iqn.x/tpgt_1/192.0.2.1:3260","address":"192.0.2.1:3260","iser":true,"started":"2026-01-01T00:00:00Z"}`,
+		"pins.json":                                 `[{"kind":"nvmet","id":"1","node_guid":"0000:0000:0000:0011"}]`,
+	} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(state, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(state, p), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(state, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	observe := func(when string) {
+		t.Helper()
+		before := snapshotDir(t, state)
+		for _, args := range [][]string{{"status"}, {"status", "--json"}, {"check"}, {"plan"}} {
+			out, code := d.run(args...)
+			if code == 2 && !strings.Contains(out, "unknown") && !strings.Contains(out, "nothing to do") {
+				t.Logf("%s %v: exit %d: %s", when, args, code, out)
+			}
+		}
+		if diff := cmp.Diff(before, snapshotDir(t, state)); diff != "" {
+			t.Errorf("%s: status/check/plan changed the state dir (-before +after):\n%s", when, diff)
+		}
+	}
+	observe("without a daemon")
+	c := d.cmd(nil, "run")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { c.Process.Signal(syscall.SIGTERM); c.Wait() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(d.dir, "run", "control.sock")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("daemon did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The writer cleaned up at its start: the temp file is gone, the
+	// corrupt entry moved aside, modes tightened.
+	if _, err := os.Stat(filepath.Join(state, "journal/.tmp-123")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the daemon left the temp file: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(state, "journal/nvmet-bad.json.corrupt")); err != nil {
+		t.Errorf("the daemon did not quarantine the corrupt entry: %v", err)
+	}
+	observe("with a daemon")
 }

@@ -41,7 +41,7 @@ import (
 	"syscall"
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/kernel"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
 )
 
 // Write is one write the code under test made through Ops.
@@ -111,7 +111,7 @@ type Kernel struct {
 	// the write (0-based) and may fail it (return an error) — the write is
 	// then not performed.
 	Fault func(n int, w Write) error
-	// CMIDsErr, when set, is returned by CMIDs (e.g. kernel.ErrUnsupported).
+	// CMIDsErr, when set, is returned by CMIDs (e.g. rdma.ErrUnsupported).
 	CMIDsErr error
 	// ReadDirHook, when set, runs before every directory read (to let a
 	// test change the tree at a precise moment, like another tool would).
@@ -699,35 +699,35 @@ func (k *Kernel) CMIDCalls() int {
 }
 
 // Devices implements the engine's kernel view.
-func (k *Kernel) Devices() ([]kernel.Device, error) {
+func (k *Kernel) Devices() ([]rdma.Device, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	var out []kernel.Device
+	var out []rdma.Device
 	for _, d := range k.devs {
-		port := kernel.Port{Index: 1, State: kernel.PortActive, PhysState: 5, NetdevIndex: uint32(k.ifindex[d.netdev]), Netdev: d.netdev, GIDsKnown: true}
+		port := rdma.Port{Index: 1, State: rdma.PortActive, PhysState: 5, NetdevIndex: uint32(k.ifindex[d.netdev]), Netdev: d.netdev, GIDsKnown: true}
 		if d.gidsReady {
 			port.GIDs = k.gids(d)
 		}
-		out = append(out, kernel.Device{Index: d.index, Name: d.name, NodeGUID: d.guid, NodeType: 1, Protocol: "roce", Ports: []kernel.Port{port}})
+		out = append(out, rdma.Device{Index: d.index, Name: d.name, NodeGUID: d.guid, NodeType: 1, Protocol: "roce", Ports: []rdma.Port{port}})
 	}
 	return out, nil
 }
 
 // gids is the RoCE GID table of d: one RoCE v2 entry per address on its
 // netdev and the netdevs stacked on it.
-func (k *Kernel) gids(d *device) []kernel.GID {
+func (k *Kernel) gids(d *device) []rdma.GID {
 	names := make([]string, 0, len(k.addrs))
 	for n := range k.addrs {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	var out []kernel.GID
+	var out []rdma.GID
 	for _, n := range names {
 		if !k.under(n, d.netdev) {
 			continue
 		}
 		for _, a := range k.addrs[n] {
-			out = append(out, kernel.GID{Index: uint32(len(out)), Raw: a.As16(), Netdev: n, Type: "RoCE v2"})
+			out = append(out, rdma.GID{Index: uint32(len(out)), Raw: a.As16(), Netdev: n, Type: "RoCE v2"})
 		}
 	}
 	return out
@@ -736,14 +736,14 @@ func (k *Kernel) gids(d *device) []kernel.GID {
 // CMIDs implements the engine's kernel view: the LISTEN table as the
 // kernel shows it (address-bound listeners on their device with port 1,
 // wildcard listeners as a port-less child on every device).
-func (k *Kernel) CMIDs(devs []kernel.Device) ([]kernel.CMID, error) {
+func (k *Kernel) CMIDs(devs []rdma.Device) ([]rdma.CMID, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.cmidCalls++
 	if k.CMIDsErr != nil {
 		return nil, k.CMIDsErr
 	}
-	var out []kernel.CMID
+	var out []rdma.CMID
 	all := maps.Clone(k.listen)
 	for a, n := range k.nps {
 		if n.alive {
@@ -758,7 +758,7 @@ func (k *Kernel) CMIDs(devs []kernel.Device) ([]kernel.CMID, error) {
 	for _, d := range k.devs {
 		for _, key := range keys {
 			l := all[key]
-			c := kernel.CMID{DevIndex: d.index, DevName: d.name, State: kernel.CMStateListen, PS: 0x106, Src: l.addr, KernName: key.owner, CMIDN: d.cmidn}
+			c := rdma.CMID{DevIndex: d.index, DevName: d.name, State: rdma.CMStateListen, PS: 0x106, Src: l.addr, KernName: key.owner, CMIDN: d.cmidn}
 			switch {
 			case l.dev == d.name:
 				c.Port = 1
@@ -778,10 +778,10 @@ func (k *Kernel) CMIDs(devs []kernel.Device) ([]kernel.CMID, error) {
 }
 
 // Addrs implements the engine's kernel view.
-func (k *Kernel) Addrs() ([]kernel.Addr, error) {
+func (k *Kernel) Addrs() ([]rdma.Addr, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	var out []kernel.Addr
+	var out []rdma.Addr
 	names := make([]string, 0, len(k.addrs))
 	for n := range k.addrs {
 		names = append(names, n)
@@ -789,7 +789,7 @@ func (k *Kernel) Addrs() ([]kernel.Addr, error) {
 	slices.Sort(names)
 	for _, n := range names {
 		for _, a := range k.addrs[n] {
-			out = append(out, kernel.Addr{Ifindex: k.ifindex[n], Netdev: n, IP: a})
+			out = append(out, rdma.Addr{Ifindex: k.ifindex[n], Netdev: n, IP: a})
 		}
 	}
 	return out, nil

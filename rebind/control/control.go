@@ -21,9 +21,8 @@ import (
 
 // Request is what a client sends.
 type Request struct {
-	Cmd  string `json:"cmd"`            // "status", "trigger", "reload", "rebind"
-	Kind string `json:"kind,omitempty"` // rebind: "nvmet" or "lio" ("" = whichever matches)
-	ID   string `json:"id,omitempty"`   // rebind: port id or portal id
+	Cmd string `json:"cmd"`          // "status", "trigger", "reload", "rebind"
+	ID  string `json:"id,omitempty"` // rebind: port id or portal id
 }
 
 // Response is what the daemon answers.

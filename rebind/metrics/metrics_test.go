@@ -11,6 +11,7 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/metrics"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
 	"github.com/nvmet-rebind/nvmet-rebind/udev"
 )
 
@@ -23,11 +24,11 @@ func TestMetricsAfterAHeal(t *testing.T) {
 	if err := configfs.NewWithOps(k.Root, k.Admin()).Relink("1", configfs.Link{Name: "nqn.a", NQN: "nqn.a"}); err != nil {
 		t.Fatal(err)
 	}
-	j, err := rebind.OpenJournal(t.TempDir())
+	j, err := state.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := rebind.New(rebind.Options{FS: k.FS(), Kernel: k, Journal: j, Config: rebind.DefaultConfig()})
+	e := rebind.New(rebind.Options{Tree: k.FS(), Kernel: k, Store: j, Config: rebind.DefaultConfig()})
 	k.RemoveDevice("rxe0")
 	k.AddDevice("rxe0", 1, "veth0")
 	if _, err := e.Reconcile(context.Background()); err != nil {

@@ -254,7 +254,7 @@ rb() {
 }
 
 # daemon_start [VAR=VALUE…]: start the daemon in the background; wait for
-# its pid file. The environment words are passed through env.
+# its control socket. The environment words are passed through env.
 daemon_start() {
 	need_daemon
 	[ -f "$W/config.toml" ] || write_config
@@ -270,7 +270,7 @@ daemon_start() {
 			tail -n 20 "$W/daemon.log" | sed 's/^/      /'
 			return 1
 		}
-		[ -s "$W/state/nvmet-rebind.pid" ] && break
+		[ -S "$W/run/control.sock" ] && break
 		sleep 0.1
 		_i=$((_i + 1))
 	done

@@ -1,0 +1,209 @@
+// Package config reads nvmet-rebind's TOML configuration
+// (/etc/nvmet-rebind/config.toml) into a rebind.Config: strict (an unknown
+// key, a bad prefix, overlapping subnets, a negative duration is an error
+// naming the file, line and key) and refusing a file writable by group or
+// others. It owns the file format, nothing else.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+)
+
+// duration is a TOML string like "10m" or "0".
+type duration struct{ time.Duration }
+
+func (d *duration) UnmarshalText(b []byte) error {
+	s := string(b)
+	if s == "0" {
+		d.Duration = 0
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (use e.g. \"30s\", \"10m\", or \"0\")", clip(s))
+	}
+	if v < 0 {
+		return fmt.Errorf("%q is negative", clip(s))
+	}
+	d.Duration = v
+	return nil
+}
+
+type prefix struct{ netip.Prefix }
+
+func (p *prefix) UnmarshalText(b []byte) error {
+	v, err := netip.ParsePrefix(string(b))
+	if err != nil {
+		return fmt.Errorf("%q is not a subnet (use e.g. \"192.0.2.0/24\", \"192.0.2.1/32\" or \"2001:db8::/64\")", clip(string(b)))
+	}
+	if v.Addr().Zone() != "" {
+		return fmt.Errorf("%q: zoned addresses are not supported", clip(string(b)))
+	}
+	if v != v.Masked() {
+		return fmt.Errorf("%q has host bits set; did you mean %q?", string(b), v.Masked().String())
+	}
+	p.Prefix = v
+	return nil
+}
+
+type fileConfig struct {
+	Watch []struct {
+		Subnet *prefix `toml:"subnet"`
+	} `toml:"watch"`
+	Policy struct {
+		GiveUpAfter    *duration `toml:"give_up_after"`
+		PinDevice      *bool     `toml:"pin_device"`
+		ResyncInterval *duration `toml:"resync_interval"`
+	} `toml:"policy"`
+	Boot struct {
+		NvmetConfig  *string   `toml:"nvmet_config"`
+		TargetConfig *string   `toml:"target_config"`
+		Window       *duration `toml:"window"`
+	} `toml:"boot"`
+}
+
+// LoadConfig reads and validates the file at path. A missing file is an
+// error: the daemon must not run on a guess. Files writable by group or
+// others are refused: they decide what is written to the kernel.
+func Load(path string) (rebind.Config, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return rebind.Config{}, fmt.Errorf("config %s: %w (create it from the reference config, or pass --config)", path, err)
+		}
+		return rebind.Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	if st.Mode().Perm()&0o022 != 0 {
+		return rebind.Config{}, fmt.Errorf("config %s: mode %v is writable by group or others; run chmod go-w %s", path, st.Mode().Perm(), path)
+	}
+	if st.Size() > 1<<20 {
+		return rebind.Config{}, fmt.Errorf("config %s: larger than 1 MiB", path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return rebind.Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return Parse(path, b)
+}
+
+// ParseConfig parses and validates TOML text; name is used in errors.
+func Parse(name string, b []byte) (rebind.Config, error) {
+	var fc fileConfig
+	md, err := toml.NewDecoder(bytes.NewReader(b)).Decode(&fc)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return rebind.Config{}, fmt.Errorf("config %s: line %d: %s", name, pe.Position.Line, clipN(pe.Message, 400))
+		}
+		return rebind.Config{}, fmt.Errorf("config %s: %s", name, clip(err.Error()))
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		k := und[0]
+		return rebind.Config{}, fmt.Errorf("config %s: line %d: unknown key %q (known: watch.subnet, policy.give_up_after, policy.pin_device, policy.resync_interval, boot.nvmet_config, boot.target_config, boot.window)",
+			name, keyLine(b, k), clip(k.String()))
+	}
+	c := rebind.DefaultConfig()
+	for i, w := range fc.Watch {
+		if w.Subnet == nil {
+			return rebind.Config{}, fmt.Errorf("config %s: [[watch]] entry %d has no subnet", name, i+1)
+		}
+		c.Watch = append(c.Watch, w.Subnet.Prefix)
+	}
+	for i, a := range c.Watch {
+		for _, o := range c.Watch[:i] {
+			if a.Overlaps(o) {
+				return rebind.Config{}, fmt.Errorf("config %s: line %d: watch subnet %s overlaps %s; list each subnet once", name,
+					valueLine(b, a.String()), a, o)
+			}
+		}
+	}
+	if d := fc.Policy.GiveUpAfter; d != nil {
+		c.GiveUpAfter = d.Duration
+	}
+	if p := fc.Policy.PinDevice; p != nil {
+		c.PinDevice = *p
+	}
+	if d := fc.Policy.ResyncInterval; d != nil {
+		if d.Duration < time.Second {
+			return rebind.Config{}, fmt.Errorf("config %s: line %d: policy.resync_interval %v is below 1s", name, keyLine(b, toml.Key{"policy", "resync_interval"}), d.Duration)
+		}
+		c.ResyncInterval = d.Duration
+	}
+	if v := fc.Boot.NvmetConfig; v != nil {
+		c.NvmetConfig = *v
+	}
+	if v := fc.Boot.TargetConfig; v != nil {
+		c.TargetConfig = *v
+	}
+	c.BootWindow = c.GiveUpAfter
+	if c.BootWindow == 0 {
+		c.BootWindow = 10 * time.Minute
+	}
+	if v := fc.Boot.Window; v != nil {
+		c.BootWindow = v.Duration
+	}
+	for _, f := range []struct{ key, v string }{{"boot.nvmet_config", c.NvmetConfig}, {"boot.target_config", c.TargetConfig}} {
+		if f.v != "" && !filepath.IsAbs(f.v) {
+			return rebind.Config{}, fmt.Errorf("config %s: line %d: %s %q must be an absolute path", name, valueLine(b, f.v), f.key, clip(f.v))
+		}
+	}
+	slices.SortFunc(c.Watch, func(a, b netip.Prefix) int { return strings.Compare(a.String(), b.String()) })
+	return c, nil
+}
+
+// keyLine finds the line of a key for an error message: the first line,
+// inside the key's table, that assigns its last element.
+func keyLine(b []byte, k toml.Key) int {
+	if len(k) == 0 {
+		return 0
+	}
+	table := strings.Join(k[:len(k)-1], ".")
+	re := regexp.MustCompile(`^\s*("?)` + regexp.QuoteMeta(k[len(k)-1]) + `("?)\s*=`)
+	cur := ""
+	for i, line := range strings.Split(string(b), "\n") {
+		t := strings.TrimSpace(line)
+		if strings.HasPrefix(t, "[") {
+			cur = strings.Trim(strings.SplitN(t, "#", 2)[0], "[] \t")
+			continue
+		}
+		if (cur == table || table == "") && re.MatchString(line) {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// valueLine finds the last line holding a quoted value, for error messages.
+func valueLine(b []byte, v string) int {
+	n := 0
+	for i, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, `"`+v+`"`) {
+			n = i + 1
+		}
+	}
+	return n
+}
+
+// clip bounds user input echoed in an error message.
+func clip(s string) string { return clipN(s, 80) }
+
+func clipN(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + fmt.Sprintf("…(%d bytes)", len(s))
+}

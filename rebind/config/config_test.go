@@ -1,0 +1,91 @@
+package config_test
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/config"
+)
+
+func TestReferenceConfigParses(t *testing.T) {
+	path := filepath.Join("..", "..", "etc", "nvmet-rebind", "config.toml")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := config.Parse(path, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(rebind.DefaultConfig(), got, cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+		t.Errorf("reference config differs from the defaults (-want +got):\n%s", diff)
+	}
+	// Uncommenting the examples gives a valid config too.
+	un := strings.NewReplacer("# [[watch]]", "[[watch]]", "# subnet", "subnet").Replace(string(b))
+	got, err = config.Parse(path, []byte(un))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Watch) != 2 {
+		t.Errorf("watch = %v", got.Watch)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	tests := []struct {
+		name, text, want string
+	}{
+		{"syntax", "[policy\n", "cfg.toml: line "},
+		{"unknown key", "[policy]\ngive_up_after = \"1m\"\ngive_up = \"1m\"\n", `line 3: unknown key "policy.give_up"`},
+		{"unknown table", "[polcy]\n", `unknown key "polcy"`},
+		{"bad prefix", "[[watch]]\nsubnet = \"192.0.2.0/33\"\n", `line 2`},
+		{"host bits", "[[watch]]\nsubnet = \"192.0.2.1/24\"\n", `did you mean "192.0.2.0/24"`},
+		{"overlap", "[[watch]]\nsubnet = \"192.0.2.0/24\"\n[[watch]]\nsubnet = \"192.0.2.0/25\"\n", "overlaps"},
+		{"duplicate", "[[watch]]\nsubnet = \"192.0.2.0/24\"\n[[watch]]\nsubnet = \"192.0.2.0/24\"\n", "overlaps"},
+		{"negative", "[policy]\ngive_up_after = \"-1m\"\n", "line 2"},
+		{"not a duration", "[policy]\nresync_interval = \"soon\"\n", `"soon" is not a duration`},
+		{"too fast", "[policy]\nresync_interval = \"10ms\"\n", "below 1s"},
+		{"wrong type", "[policy]\npin_device = \"yes\"\n", "line 2"},
+		{"watch without subnet", "[[watch]]\n", "has no subnet"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := config.Parse("cfg.toml", []byte(tt.text))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestConfigValues(t *testing.T) {
+	c, err := config.Parse("c", []byte("[[watch]]\nsubnet = \"2001:db8::/64\"\n[policy]\ngive_up_after = \"0\"\npin_device = true\nresync_interval = \"5s\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.GiveUpAfter != 0 || !c.PinDevice || c.ResyncInterval != 5*time.Second || c.Watch[0] != netip.MustParsePrefix("2001:db8::/64") {
+		t.Errorf("config = %+v", c)
+	}
+}
+
+func TestLoadConfigRefusesWritableByOthers(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.toml")
+	if err := os.WriteFile(p, nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := config.Load(p); err == nil || !strings.Contains(err.Error(), "chmod go-w") {
+		t.Errorf("err = %v", err)
+	}
+	if _, err := config.Load(p + ".missing"); err == nil || !strings.Contains(err.Error(), "reference config") {
+		t.Errorf("err = %v", err)
+	}
+}

@@ -1,0 +1,315 @@
+// Package daemon wires nvmet-rebind together: the engine over the live
+// kernel and configfs, the state directory, the event sources, the control
+// socket, metrics and systemd's notification protocol. Run is the daemon
+// (`nvmet-rebind run`): its tasks run in one errgroup, and the engine's
+// loop is the only writer of configfs. Open builds an engine for the
+// commands that run without a daemon, read-only unless asked to write.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	sd "github.com/coreos/go-systemd/v22/daemon"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
+
+	"github.com/nvmet-rebind/nvmet-rebind/configfs"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/config"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/control"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/metrics"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/saved"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/status"
+	"github.com/nvmet-rebind/nvmet-rebind/udev"
+)
+
+// Paths are the roots and files the daemon uses (flags of the command).
+type Paths struct {
+	Config   string // the TOML config
+	Configfs string // configfs mount point
+	Sysfs    string // sysfs mount point
+	State    string // journal, pins, lock
+	Run      string // control socket
+}
+
+// Socket is the control socket's path.
+func (p Paths) Socket() string { return filepath.Join(p.Run, "control.sock") }
+
+// Mode says what an engine built by Open may do.
+type Mode int
+
+// Modes.
+const (
+	ReadOnly Mode = iota // status, check, plan: writes nothing anywhere
+	Write                // trigger, rebind without a daemon (under Lock)
+)
+
+// Env is an engine over the live system.
+type Env struct {
+	Config rebind.Config
+	Engine *rebind.Engine
+	Kernel *rdma.Live
+	Store  *state.Store
+}
+
+// Close releases the kernel sockets.
+func (e *Env) Close() error { return e.Kernel.Close() }
+
+// Open builds an engine over the live kernel. ReadOnly never creates,
+// changes or removes anything (the state directory is opened read-only and
+// the engine runs dry); Write opens the state directory for the writer and
+// cleans it: the caller must hold Lock.
+func Open(p Paths, log *slog.Logger, mode Mode, fault func(string) bool) (*Env, error) {
+	return open(p, log, mode, fault, 0)
+}
+
+func open(p Paths, log *slog.Logger, mode Mode, fault func(string) bool, heartbeat time.Duration) (*Env, error) {
+	cfg, err := config.Load(p.Config)
+	if err != nil {
+		return nil, err
+	}
+	env := &Env{Config: cfg, Kernel: rdma.NewLive(p.Sysfs)}
+	opts := rebind.Options{Tree: configfs.New(p.Configfs), Kernel: env.Kernel, Config: cfg, Logger: log,
+		Declared: saved.Load, HeartbeatEvery: heartbeat}
+	if mode == ReadOnly {
+		env.Store = state.OpenReadOnly(p.State)
+		opts.DryRun = true
+	} else {
+		if env.Store, err = state.Open(p.State); err != nil {
+			return nil, err
+		}
+		moved, err := env.Store.Clean()
+		for _, m := range moved {
+			log.Error("journal entry ignored", "err", m)
+		}
+		if err != nil {
+			return nil, err
+		}
+		opts.Fault, opts.Quarantined = fault, moved
+	}
+	opts.Store = env.Store
+	env.Engine = rebind.New(opts)
+	return env, nil
+}
+
+// SetupError is a failure before the daemon started its tasks (a bad
+// config, the lock held by another daemon, the socket): the command exits 2.
+type SetupError struct{ Err error }
+
+func (e *SetupError) Error() string { return e.Err.Error() }
+func (e *SetupError) Unwrap() error { return e.Err }
+
+// RunOptions are the daemon's own settings.
+type RunOptions struct {
+	DryRun        bool
+	MetricsListen string // loopback address for Prometheus; "" = off
+	Version       string
+	Fault         func(string) bool // test builds: crash points
+}
+
+// Run is the daemon: until ctx is done or a task fails.
+func Run(ctx context.Context, p Paths, log *slog.Logger, o RunOptions) error {
+	var beat time.Duration
+	if d, err := sd.SdWatchdogEnabled(false); err != nil {
+		return &SetupError{fmt.Errorf("systemd watchdog: %w", err)}
+	} else if d > 0 {
+		beat = d / 2
+	}
+	unlock, err := Lock(p.State)
+	if err != nil {
+		return &SetupError{err}
+	}
+	defer unlock()
+	mode := Write
+	if o.DryRun {
+		mode = ReadOnly
+	}
+	env, err := open(p, log, mode, o.Fault, beat)
+	if err != nil {
+		return &SetupError{err}
+	}
+	defer env.Close()
+	if o.MetricsListen != "" {
+		if err := metrics.CheckAddr(o.MetricsListen, false); err != nil {
+			return &SetupError{err}
+		}
+	}
+	cfg := env.Config
+	log.Info("starting", "version", o.Version, "configfs", p.Configfs, "watch", fmt.Sprint(cfg.Watch),
+		"give_up_after", cfg.GiveUpAfter, "pin_device", cfg.PinDevice, "resync_interval", cfg.ResyncInterval, "dry_run", o.DryRun)
+
+	d := &daemon{paths: p, log: log, env: env}
+	srv, err := control.Listen(p.Socket(), d.handler())
+	if err != nil {
+		return &SetupError{err}
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	g, ctx := errgroup.WithContext(ctx)
+	poke := func(h udev.Hint) {
+		log.Debug("event", "source", h.Source, "reason", h.Reason, "resync", h.Resync)
+		env.Engine.Poke()
+	}
+	stats := new(udev.Stats)
+	g.Go(func() error { return quiet(ctx, "uevents", udev.WatchUevents(ctx, poke, udev.Options{Stats: stats})) })
+	g.Go(func() error {
+		return quiet(ctx, "rtnetlink", udev.WatchRtnetlink(ctx, poke, udev.Options{Stats: stats}))
+	})
+	ready := false
+	g.Go(func() error {
+		return quiet(ctx, "reconciler", env.Engine.Run(ctx, func() {
+			// READY=1 after the first full reconcile; then every beat
+			// proves the loop is alive.
+			if !ready {
+				ready = true
+				d.notify("READY=1\nSTATUS=reconciling; see nvmet-rebind status")
+			}
+			d.notify("WATCHDOG=1")
+		}))
+	})
+	if o.MetricsListen != "" {
+		col := metrics.NewCollector(env.Engine, stats)
+		g.Go(func() error { return quiet(ctx, "metrics", metrics.Serve(ctx, o.MetricsListen, col)) })
+	}
+	g.Go(func() error { return quiet(ctx, "control", srv.Serve(ctx)) })
+	g.Go(func() error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-hup:
+				d.reload() // errors are logged and told to systemd: the old config stays
+			}
+		}
+	})
+	<-ctx.Done()
+	d.notify("STOPPING=1")
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// quiet drops the error a task returns because the daemon is stopping.
+func quiet(ctx context.Context, name string, err error) error {
+	if err == nil || ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, ctx.Err())) {
+		return nil
+	}
+	if errors.Is(err, rebind.ErrCrashed) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", name, err)
+}
+
+type daemon struct {
+	paths Paths
+	log   *slog.Logger
+	env   *Env
+}
+
+// notify sends to systemd's NOTIFY_SOCKET (nothing without one).
+func (d *daemon) notify(state string) {
+	if _, err := sd.SdNotify(false, state); err != nil {
+		d.log.Warn("sd_notify failed", "state", strings.SplitN(state, "=", 2)[0], "err", err)
+	}
+}
+
+// reload is the one reload, for SIGHUP and the control socket: RELOADING=1
+// with MONOTONIC_USEC, validate, swap the config (give-up windows and
+// backoffs restart), READY=1 whatever happened (or `systemctl reload`
+// hangs). A bad config is refused and the old one kept.
+func (d *daemon) reload() error {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err == nil {
+		d.notify(fmt.Sprintf("RELOADING=1\nMONOTONIC_USEC=%d", ts.Nano()/1000))
+	} else {
+		d.notify("RELOADING=1")
+	}
+	defer d.notify("READY=1")
+	cfg, err := config.Load(d.paths.Config)
+	if err != nil {
+		d.log.Error("reload refused, keeping the old config", "err", err)
+		d.notify("STATUS=reload refused: " + err.Error())
+		return fmt.Errorf("%w; the daemon keeps its current config", err)
+	}
+	d.env.Engine.SetConfig(cfg)
+	d.log.Info("config reloaded; give-up windows restarted", "watch", fmt.Sprint(cfg.Watch), "give_up_after", cfg.GiveUpAfter)
+	d.notify("STATUS=reconciling; see nvmet-rebind status")
+	d.env.Engine.Poke()
+	return nil
+}
+
+// handler serves the control socket.
+func (d *daemon) handler() control.Handler {
+	return func(ctx context.Context, req control.Request) (any, error) {
+		switch req.Cmd {
+		case "status":
+			snap, err := d.env.Engine.Look()
+			if err != nil {
+				return nil, err
+			}
+			return status.Report(snap, "daemon"), nil
+		case "trigger":
+			d.env.Engine.Poke()
+			return map[string]bool{"poked": true}, nil
+		case "reload":
+			if err := d.reload(); err != nil {
+				return nil, err
+			}
+			return map[string]bool{"reloaded": true}, nil
+		case "rebind":
+			k, err := KeyOf(req.ID)
+			if err != nil {
+				return nil, err
+			}
+			items, err := d.env.Engine.Rebind(ctx, k)
+			if err != nil {
+				return nil, err
+			}
+			return Find(items, d.env.Engine.Snapshot(), k)
+		}
+		return nil, fmt.Errorf("unknown command %q", req.Cmd)
+	}
+}
+
+// KeyOf parses what `nvmet-rebind rebind` takes: a port id, or a portal id
+// <iqn>/tpgt_<N>/<ip>:<port>.
+func KeyOf(id string) (rebind.Key, error) {
+	if id == "" {
+		return rebind.Key{}, errors.New("give one port id or portal id (see `nvmet-rebind status`)")
+	}
+	if strings.Contains(id, "/") {
+		if _, _, _, err := configfs.ParsePortalID(id); err != nil {
+			return rebind.Key{}, err
+		}
+		return rebind.Key{Kind: rebind.KindLIO, ID: id}, nil
+	}
+	return rebind.Key{Kind: rebind.KindNvmet, ID: id}, nil
+}
+
+// Find returns the status line of k from a round's items.
+func Find(items []rebind.Item, snap rebind.Snapshot, k rebind.Key) (status.ListenerStatus, error) {
+	snap.Items = items
+	for _, l := range status.Report(snap, "daemon").Listeners {
+		if l.Kind == string(k.Kind) && l.ID == k.ID {
+			return l, nil
+		}
+	}
+	return status.ListenerStatus{}, fmt.Errorf("%s: no such port or portal in configfs (ids are shown by `nvmet-rebind status`)", k)
+}

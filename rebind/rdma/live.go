@@ -1,0 +1,98 @@
+package rdma
+
+import (
+	"errors"
+	"sync"
+)
+
+// Live is the running kernel: RDMA netlink for devices and cm_ids, sysfs
+// for the ports' GID tables, rtnetlink for addresses. The RDMA socket is
+// opened lazily and re-opened after errors, so that ib_core being loaded
+// after the daemon started is noticed. Without RDMA netlink nothing is
+// known about devices or listeners (ErrUnsupported), and the engine writes
+// nothing.
+type Live struct {
+	sysfsRoot string
+
+	mu   sync.Mutex
+	rdma *RDMA
+}
+
+// NewLive returns the running kernel's view with sysfs at sysfsRoot.
+func NewLive(sysfsRoot string) *Live { return &Live{sysfsRoot: sysfsRoot} }
+
+func (l *Live) conn() (*RDMA, error) {
+	if l.rdma != nil {
+		return l.rdma, nil
+	}
+	r, err := OpenRDMA()
+	if err != nil {
+		return nil, err
+	}
+	l.rdma = r
+	return r, nil
+}
+
+func (l *Live) drop(err error) {
+	if err != nil && l.rdma != nil && !errors.Is(err, ErrUnsupported) {
+		l.rdma.Close()
+		l.rdma = nil
+	}
+}
+
+// Devices returns the RDMA devices with their ports' GID tables. A port
+// whose table cannot be read has GIDsKnown false.
+func (l *Live) Devices() ([]Device, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, err := l.conn()
+	if err != nil {
+		return nil, err
+	}
+	devs, err := r.Devices()
+	if err != nil {
+		l.drop(err)
+		return nil, err
+	}
+	l.fillGIDs(devs)
+	return devs, nil
+}
+
+// fillGIDs reads every port's GID table from sysfs.
+func (l *Live) fillGIDs(devs []Device) {
+	for i := range devs {
+		for j := range devs[i].Ports {
+			p := &devs[i].Ports[j]
+			gids, err := ReadSysfsGIDs(l.sysfsRoot, devs[i].Name, p.Index)
+			p.GIDs, p.GIDsKnown = gids, err == nil
+		}
+	}
+}
+
+// CMIDs returns the rdma_cm identifiers of devs: one dump per device.
+func (l *Live) CMIDs(devs []Device) ([]CMID, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, err := l.conn()
+	if err != nil {
+		return nil, err
+	}
+	c, err := r.CMIDs(devs)
+	l.drop(err)
+	return c, err
+}
+
+// Addrs returns the IP addresses of every netdev.
+func (l *Live) Addrs() ([]Addr, error) { return Addrs() }
+
+// Close releases the RDMA socket.
+func (l *Live) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.rdma == nil {
+		return nil
+	}
+	err := l.rdma.Close()
+	l.rdma = nil
+	return err
+}

@@ -1,0 +1,34 @@
+package rebind
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Config is the daemon's configuration (/etc/nvmet-rebind/config.toml).
+type Config struct {
+	// Watch lists the subnets whose specific-address RDMA ports and portals
+	// are managed. Empty: every specific-address RDMA port is managed.
+	Watch []netip.Prefix
+	// GiveUpAfter stops rebinding a listener that has been dead this long
+	// (0: never give up).
+	GiveUpAfter time.Duration
+	// PinDevice rebinds only onto an RDMA device with the node GUID the
+	// listener was last seen alive on.
+	PinDevice bool
+	// ResyncInterval is the period of the full resync.
+	ResyncInterval time.Duration
+	// NvmetConfig and TargetConfig are nvmetcli's and targetcli's saved
+	// configs; links and iSER portals they declare that the boot-time
+	// restore could not create (no address or RDMA device yet) are
+	// completed within BootWindow after the daemon starts. "" = off.
+	NvmetConfig, TargetConfig string
+	// BootWindow bounds the boot-order completion (default: GiveUpAfter,
+	// or 10m when that is 0).
+	BootWindow time.Duration
+}
+
+// DefaultConfig is what an empty file means.
+func DefaultConfig() Config {
+	return Config{GiveUpAfter: 10 * time.Minute, ResyncInterval: 30 * time.Second, BootWindow: 10 * time.Minute}
+}
