@@ -1,10 +1,8 @@
 package rdma
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"slices"
 	"strconv"
@@ -57,7 +55,6 @@ func (s sysfs) read(p string) (string, error) {
 	}
 	return strings.TrimSpace(string(b)), nil
 }
-
 
 // FormatGUID renders a node GUID as sysfs and `rdma dev` print it:
 // "80dd:69ff:fe0d:1e0b". It is the one format of GUIDs in logs, status
