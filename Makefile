@@ -36,7 +36,7 @@ demo:
 bench:
 	$(GO) test -run '^$$' -bench 'ObservePlan|ReconcileOnePercentDead|SharedPortalHeal' -benchmem -benchtime 10x ./rebind/
 	$(GO) test -run '^$$' -bench 'EventToFirstWrite' -benchtime 10000x ./rebind/
-	$(GO) test -run '^$$' -bench . -benchmem ./rebind/kernel/
+	$(GO) test -run '^$$' -bench . -benchmem ./rebind/rdma/
 	NVMET_REBIND_E2E_BENCH=20 NVMET_REBIND_E2E_SCENARIOS='^bench$$' $(GO) test -count=1 -timeout 60m -run '^TestE2E$$' -v ./tests/
 	tests/trigger-latency.sh 100
 	tests/idle-cost.sh 600 1000

@@ -5,7 +5,7 @@
 # the VLAN veth2.200 and 203.0.113.3 on the macvlan mv2): prints every
 # non-zero GID entry as
 #   E2E INFO gid <dev> <port> <index> <gid> <ndev|-> <type|->
-# (the source of rebind/kernel/testdata/sysfs-gid-<kernel>), what reading
+# (the source of rebind/rdma/testdata/sysfs-gid-<kernel>), what reading
 # ndevs/types of an empty or netdev-less entry returns, how long the entries
 # take to appear, and asserts that nvmet ports on those addresses listen on
 # the device the table names (and that the macvlan on siw0's netdev binds
