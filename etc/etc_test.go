@@ -36,6 +36,10 @@ const (
 
 	// binary is where `make install` (PREFIX=/usr/local) puts the program.
 	binary = "/usr/local/sbin/nvmet-rebind"
+
+	// textfileDir is node_exporter's textfile directory on Debian, which
+	// the unit lets the daemon write to.
+	textfileDir = "/var/lib/prometheus/node-exporter"
 )
 
 // The CLI surface the docs must cover (cmd/nvmet-rebind). TestDocsMatchCLI
@@ -154,27 +158,30 @@ func TestUnit(t *testing.T) {
 	svc := func(k string) string { return u.last("Service", k) }
 
 	for k, want := range map[string]string{
-		"Type":                 "notify-reload",
-		"NotifyAccess":         "main",
-		"ExecStart":            binary + " run",
-		"Restart":              "on-failure",
-		"RuntimeDirectory":     "nvmet-rebind",
-		"RuntimeDirectoryMode": "0700",
-		"StateDirectory":       "nvmet-rebind",
-		"StateDirectoryMode":   "0700",
-		"ProtectSystem":        "strict",
-		"ProtectHome":          "yes",
-		"PrivateTmp":           "yes",
-		"NoNewPrivileges":      "yes",
-		// configfs lives under /sys: with ProtectKernelTunables it is
-		// writable only through ReadWritePaths.
+		"Type":                  "notify-reload",
+		"NotifyAccess":          "main",
+		"ExecStart":             binary + " run",
+		"Restart":               "on-failure",
+		"RuntimeDirectory":      "nvmet-rebind",
+		"RuntimeDirectoryMode":  "0700",
+		"StateDirectory":        "nvmet-rebind",
+		"StateDirectoryMode":    "0700",
+		"ProtectSystem":         "strict",
+		"ProtectHome":           "yes",
+		"PrivateTmp":            "yes",
+		"NoNewPrivileges":       "yes",
 		"ProtectKernelTunables": "yes",
-		"ReadWritePaths":        "-/sys/kernel/config",
 		"CapabilityBoundingSet": "CAP_NET_ADMIN",
 	} {
 		if got := svc(k); got != want {
 			t.Errorf("[Service] %s=%q, want %q", k, got, want)
 		}
+	}
+	// configfs lives under /sys: with ProtectKernelTunables it is writable
+	// only through ReadWritePaths. The metrics textfile goes to
+	// node_exporter's directory (Debian's default), nowhere else.
+	if got, want := u.list("Service", "ReadWritePaths"), []string{"-/sys/kernel/config", "-" + textfileDir}; !slices.Equal(got, want) {
+		t.Errorf("ReadWritePaths=%q, want %q", got, want)
 	}
 	// Type=notify-reload sends SIGHUP itself; an ExecReload= would reload
 	// twice on systemd >= 253.
@@ -458,7 +465,8 @@ func TestSyscallFilter(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	daemon := exec.CommandContext(ctx, "strace", append([]string{"-f", "-qq", "-o", trace, exe}, append(args, "run")...)...)
+	textfile := filepath.Join(dir, "nvmet-rebind.prom")
+	daemon := exec.CommandContext(ctx, "strace", append([]string{"-f", "-qq", "-o", trace, exe}, append(args, "run", "--metrics-textfile", textfile)...)...)
 	stderr, err := daemon.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -515,6 +523,11 @@ func TestSyscallFilter(t *testing.T) {
 	}
 	if err := daemon.Wait(); err != nil {
 		t.Fatalf("daemon under strace: %v\n%s", err, log.String())
+	}
+	// The trace covers the metrics textfile's write (temp file, chmod,
+	// rename) too.
+	if b, err := os.ReadFile(textfile); err != nil || !bytes.Contains(b, []byte("nvmet_rebind_reconciles_total")) {
+		t.Errorf("the daemon did not write its metrics textfile: %v %q", err, b)
 	}
 
 	b, err := os.ReadFile(trace)
@@ -770,7 +783,7 @@ c nvmet-rebind run --
 		strings.Join(globalFlags, " ") + " --help --version",
 		"debug info warn error",
 		"status",
-		"--dry-run --metrics-listen --help",
+		"--dry-run --metrics-listen --metrics-textfile --help",
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("bash completion (-want +got):\n%s", d)

@@ -26,6 +26,10 @@ type Config struct {
 	// BootWindow bounds the boot-order completion (default: GiveUpAfter,
 	// or 10m when that is 0).
 	BootWindow time.Duration
+	// MetricsTextfile is where the daemon writes its metrics for
+	// node_exporter's textfile collector ("" = off). The daemon's, not
+	// the engine's: `run --metrics-textfile` overrides it.
+	MetricsTextfile string
 }
 
 // DefaultConfig is what an empty file means.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -320,4 +321,73 @@ func TestObserversLeaveStateDirUntouched(t *testing.T) {
 		t.Errorf("the daemon did not quarantine the corrupt entry: %v", err)
 	}
 	observe("with a daemon")
+}
+
+// run --metrics-textfile from the real command: the file appears after the
+// first reconcile with the nvmet_rebind_* metrics; [metrics] textfile is
+// used without the flag, and a SIGHUP reload that changes it moves the
+// file; a path node_exporter would never read is refused at start (exit 2).
+func TestMetricsTextfileFlagAndConfig(t *testing.T) {
+	d := newDaemonEnv(t)
+	waitFile := func(path, want string) {
+		t.Helper()
+		re := regexp.MustCompile(want)
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			b, _ := os.ReadFile(path)
+			if re.Match(b) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never held %q: %q", path, want, b)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	stopDaemon := func(c *exec.Cmd) {
+		t.Helper()
+		c.Process.Signal(syscall.SIGTERM)
+		if err := c.Wait(); err != nil {
+			t.Errorf("daemon exit: %v", err)
+		}
+	}
+
+	flag := filepath.Join(d.dir, "flag.prom")
+	c := d.cmd(nil, "run", "--metrics-textfile", flag)
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(flag, `(?m)^nvmet_rebind_reconciles_total [1-9]`)
+	stopDaemon(c)
+
+	a, b := filepath.Join(d.dir, "a.prom"), filepath.Join(d.dir, "b.prom")
+	setTextfile := func(p string) {
+		t.Helper()
+		if err := os.WriteFile(d.args[1], []byte("[metrics]\ntextfile = \""+p+"\"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setTextfile(a)
+	c = d.cmd(nil, "run")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(a, `nvmet_rebind_listeners\{`)
+	setTextfile(b)
+	c.Process.Signal(syscall.SIGHUP)
+	waitFile(b, `nvmet_rebind_listeners\{`)
+	if _, err := os.Stat(a); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the old textfile stayed after the reload moved it: %v", err)
+	}
+	stopDaemon(c)
+
+	for _, bad := range []string{"relative.prom", filepath.Join(d.dir, "m.txt")} {
+		if out, code := d.run("run", "--metrics-textfile", bad); code != 2 || !strings.Contains(out, "metrics textfile") {
+			t.Errorf("run --metrics-textfile %s: exit %d: %s", bad, code, out)
+		}
+	}
+	setTextfile("relative.prom")
+	if out, code := d.run("run"); code != 2 || !strings.Contains(out, "metrics.textfile") {
+		t.Errorf("run with [metrics] textfile relative: exit %d: %s", code, out)
+	}
 }

@@ -29,6 +29,9 @@ _nvmet_rebind() {
         --metrics-listen)
             COMPREPLY=($(compgen -W "127.0.0.1:9767 [::1]:9767" -- "$cur"))
             return ;;
+        --metrics-textfile)
+            COMPREPLY=($(compgen -f -X '!*.prom' -- "$cur") $(compgen -d -- "$cur"))
+            return ;;
     esac
 
     # The command is the first word that is neither an option nor the value
@@ -50,7 +53,7 @@ _nvmet_rebind() {
             else
                 COMPREPLY=($(compgen -W "$commands" -- "$cur"))
             fi ;;
-        run)    COMPREPLY=($(compgen -W "--dry-run --metrics-listen --help" -- "$cur")) ;;
+        run)    COMPREPLY=($(compgen -W "--dry-run --metrics-listen --metrics-textfile --help" -- "$cur")) ;;
         status) COMPREPLY=($(compgen -W "--json --help" -- "$cur")) ;;
         help)   COMPREPLY=($(compgen -W "$commands" -- "$cur")) ;;
         *)      COMPREPLY=($(compgen -W "--help" -- "$cur")) ;;

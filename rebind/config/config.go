@@ -74,6 +74,9 @@ type fileConfig struct {
 		TargetConfig *string   `toml:"target_config"`
 		Window       *duration `toml:"window"`
 	} `toml:"boot"`
+	Metrics struct {
+		Textfile *string `toml:"textfile"`
+	} `toml:"metrics"`
 }
 
 // LoadConfig reads and validates the file at path. A missing file is an
@@ -113,7 +116,7 @@ func Parse(name string, b []byte) (rebind.Config, error) {
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		k := und[0]
-		return rebind.Config{}, fmt.Errorf("config %s: line %d: unknown key %q (known: watch.subnet, policy.give_up_after, policy.pin_device, policy.resync_interval, boot.nvmet_config, boot.target_config, boot.window)",
+		return rebind.Config{}, fmt.Errorf("config %s: line %d: unknown key %q (known: watch.subnet, policy.give_up_after, policy.pin_device, policy.resync_interval, boot.nvmet_config, boot.target_config, boot.window, metrics.textfile)",
 			name, keyLine(b, k), clip(k.String()))
 	}
 	c := rebind.DefaultConfig()
@@ -161,8 +164,27 @@ func Parse(name string, b []byte) (rebind.Config, error) {
 			return rebind.Config{}, fmt.Errorf("config %s: line %d: %s %q must be an absolute path", name, valueLine(b, f.v), f.key, clip(f.v))
 		}
 	}
+	if v := fc.Metrics.Textfile; v != nil && *v != "" {
+		if err := checkTextfile(*v); err != nil {
+			return rebind.Config{}, fmt.Errorf("config %s: line %d: metrics.textfile %w", name, keyLine(b, toml.Key{"metrics", "textfile"}), err)
+		}
+		c.MetricsTextfile = *v
+	}
 	slices.SortFunc(c.Watch, func(a, b netip.Prefix) int { return strings.Compare(a.String(), b.String()) })
 	return c, nil
+}
+
+// checkTextfile refuses a metrics textfile path that node_exporter's
+// textfile collector would never read (it reads *.prom in one directory).
+// metrics.CheckTextfile is the same rule for the command-line flag.
+func checkTextfile(p string) error {
+	switch {
+	case !filepath.IsAbs(p):
+		return fmt.Errorf("%q must be an absolute path", clip(p))
+	case !strings.HasSuffix(p, ".prom") || filepath.Base(p) == ".prom":
+		return fmt.Errorf("%q must end in .prom (node_exporter's textfile collector reads only *.prom)", clip(p))
+	}
+	return nil
 }
 
 // keyLine finds the line of a key for an error message: the first line,

@@ -27,13 +27,18 @@ func TestReferenceConfigParses(t *testing.T) {
 		t.Errorf("reference config differs from the defaults (-want +got):\n%s", diff)
 	}
 	// Uncommenting the examples gives a valid config too.
-	un := strings.NewReplacer("# [[watch]]", "[[watch]]", "# subnet", "subnet").Replace(string(b))
+	un := strings.NewReplacer("# [[watch]]", "[[watch]]", "# subnet", "subnet", "# textfile", "textfile").Replace(string(b))
 	got, err = config.Parse(path, []byte(un))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got.Watch) != 2 {
 		t.Errorf("watch = %v", got.Watch)
+	}
+	// The example is node_exporter's textfile directory on Debian, which the
+	// shipped unit's ReadWritePaths= allows.
+	if want := "/var/lib/prometheus/node-exporter/nvmet-rebind.prom"; got.MetricsTextfile != want {
+		t.Errorf("metrics.textfile = %q, want %q", got.MetricsTextfile, want)
 	}
 }
 
@@ -53,6 +58,10 @@ func TestConfigErrors(t *testing.T) {
 		{"too fast", "[policy]\nresync_interval = \"10ms\"\n", "below 1s"},
 		{"wrong type", "[policy]\npin_device = \"yes\"\n", "line 2"},
 		{"watch without subnet", "[[watch]]\n", "has no subnet"},
+		{"relative textfile", "[metrics]\ntextfile = \"m.prom\"\n", `line 2: metrics.textfile "m.prom" must be an absolute path`},
+		{"textfile not .prom", "[metrics]\n\ntextfile = \"/var/lib/m.txt\"\n", `line 3: metrics.textfile "/var/lib/m.txt" must end in .prom`},
+		{"textfile a directory", "[metrics]\ntextfile = \"/var/lib/.prom\"\n", "must end in .prom"},
+		{"unknown metrics key", "[metrics]\nlisten = \"127.0.0.1:9767\"\n", `unknown key "metrics.listen"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -71,6 +80,20 @@ func TestConfigValues(t *testing.T) {
 	}
 	if c.GiveUpAfter != 0 || !c.PinDevice || c.ResyncInterval != 5*time.Second || c.Watch[0] != netip.MustParsePrefix("2001:db8::/64") {
 		t.Errorf("config = %+v", c)
+	}
+}
+
+func TestConfigMetricsTextfile(t *testing.T) {
+	for text, want := range map[string]string{
+		"":                             "",
+		"[metrics]\n":                  "",
+		"[metrics]\ntextfile = \"\"\n": "",
+		"[metrics]\ntextfile = \"/var/lib/prometheus/node-exporter/nvmet-rebind.prom\"\n": "/var/lib/prometheus/node-exporter/nvmet-rebind.prom",
+	} {
+		c, err := config.Parse("c", []byte(text))
+		if err != nil || c.MetricsTextfile != want {
+			t.Errorf("Parse(%q): textfile %q, %v; want %q", text, c.MetricsTextfile, err, want)
+		}
 	}
 }
 

@@ -22,6 +22,7 @@ func FuzzParseConfig(f *testing.F) {
 		"[[watch]]\nsubnet = \"2001:db8::/64\"\n[[watch]]\nsubnet = \"192.0.2.1/32\"\n",
 		"[boot]\nnvmet_config = \"/etc/nvmet/config.json\"\nwindow = \"5m\"\n",
 		"[policy]\nresync_interval = \"-1s\"\n",
+		"[metrics]\ntextfile = \"/var/lib/prometheus/node-exporter/nvmet-rebind.prom\"\n",
 		"[polcy]\n",
 		"",
 	} {
@@ -40,6 +41,9 @@ func FuzzParseConfig(f *testing.F) {
 		}
 		if c.GiveUpAfter < 0 || c.ResyncInterval < 1e9 || c.BootWindow < 0 {
 			t.Fatalf("invalid durations accepted: %+v", c)
+		}
+		if p := c.MetricsTextfile; p != "" && (!filepath.IsAbs(p) || !strings.HasSuffix(p, ".prom")) {
+			t.Fatalf("metrics textfile %q accepted", p)
 		}
 		for i, a := range c.Watch {
 			if !a.IsValid() || a != a.Masked() {

@@ -114,8 +114,11 @@ func (e *SetupError) Unwrap() error { return e.Err }
 type RunOptions struct {
 	DryRun        bool
 	MetricsListen string // loopback address for Prometheus; "" = off
-	Version       string
-	Fault         func(string) bool // test builds: crash points
+	// MetricsTextfile is the node_exporter textfile to write; "" = the
+	// config's metrics.textfile (off when that is empty too).
+	MetricsTextfile string
+	Version         string
+	Fault           func(string) bool // test builds: crash points
 }
 
 // Run is the daemon: until ctx is done or a task fails.
@@ -145,9 +148,15 @@ func Run(ctx context.Context, p Paths, log *slog.Logger, o RunOptions) error {
 			return &SetupError{err}
 		}
 	}
+	if o.MetricsTextfile != "" {
+		if err := metrics.CheckTextfile(o.MetricsTextfile); err != nil {
+			return &SetupError{err}
+		}
+	}
 	cfg := env.Config
 	log.Info("starting", "version", o.Version, "configfs", p.Configfs, "watch", fmt.Sprint(cfg.Watch),
-		"give_up_after", cfg.GiveUpAfter, "pin_device", cfg.PinDevice, "resync_interval", cfg.ResyncInterval, "dry_run", o.DryRun)
+		"give_up_after", cfg.GiveUpAfter, "pin_device", cfg.PinDevice, "resync_interval", cfg.ResyncInterval, "dry_run", o.DryRun,
+		"metrics_textfile", textfilePath(o.MetricsTextfile, cfg))
 
 	d := &daemon{paths: p, log: log, env: env}
 	srv, err := control.Listen(p.Socket(), d.handler())
@@ -171,6 +180,9 @@ func Run(ctx context.Context, p Paths, log *slog.Logger, o RunOptions) error {
 		return quiet(ctx, "rtnetlink", udev.WatchRtnetlink(ctx, poke, udev.Options{Stats: stats}))
 	})
 	ready := false
+	// rounds tells the textfile writer a round (or a beat) happened; it
+	// holds one poke, so a slow write never holds the loop up.
+	rounds := make(chan struct{}, 1)
 	g.Go(func() error {
 		return quiet(ctx, "reconciler", env.Engine.Run(ctx, func() {
 			// READY=1 after the first full reconcile; then every beat
@@ -180,12 +192,17 @@ func Run(ctx context.Context, p Paths, log *slog.Logger, o RunOptions) error {
 				d.notify("READY=1\nSTATUS=reconciling; see nvmet-rebind status")
 			}
 			d.notify("WATCHDOG=1")
+			select {
+			case rounds <- struct{}{}:
+			default:
+			}
 		}))
 	})
+	col := metrics.NewCollector(env.Engine, stats)
 	if o.MetricsListen != "" {
-		col := metrics.NewCollector(env.Engine, stats)
 		g.Go(func() error { return quiet(ctx, "metrics", metrics.Serve(ctx, o.MetricsListen, col)) })
 	}
+	g.Go(func() error { d.writeTextfile(ctx, o.MetricsTextfile, metrics.NewTextfile(col), rounds); return nil })
 	g.Go(func() error { return quiet(ctx, "control", srv.Serve(ctx)) })
 	g.Go(func() error {
 		for {
@@ -204,6 +221,72 @@ func Run(ctx context.Context, p Paths, log *slog.Logger, o RunOptions) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// textfilePath is the metrics textfile in force: the flag, else the
+// config's ("" = none).
+func textfilePath(flag string, cfg rebind.Config) string {
+	if flag != "" {
+		return flag
+	}
+	return cfg.MetricsTextfile
+}
+
+// writeTextfile writes the metrics textfile after every reconcile round and
+// at least every resync interval (so its mtime, node_textfile_mtime_seconds,
+// says the daemon is alive even while nothing happens), until ctx is done.
+// rounds is poked by the loop after each round and each watchdog beat; a
+// beat without a new round does not rewrite the file before the interval.
+// The path is re-read from the config each time (a reload may set, change
+// or clear it); a file the daemon stops writing to is removed, so no stale
+// metrics stay behind. A failed write is logged once (and its recovery),
+// never fatal: metrics must not stop the healing.
+func (d *daemon) writeTextfile(ctx context.Context, flag string, tf *metrics.Textfile, rounds <-chan struct{}) {
+	var (
+		last     string // the path last written
+		lastN    uint64 // reconciles counted at that write
+		failing  bool
+		interval = time.NewTimer(time.Hour)
+	)
+	interval.Stop()
+	defer interval.Stop()
+	write := func(force bool) {
+		cfg := d.env.Engine.Config()
+		path := textfilePath(flag, cfg)
+		if last != "" && path != last {
+			if err := os.Remove(last); err != nil && !errors.Is(err, os.ErrNotExist) {
+				d.log.Warn("old metrics textfile not removed", "path", last, "err", err)
+			}
+			last, failing = "", false
+		}
+		if path == "" {
+			return
+		}
+		n := d.env.Engine.Snapshot().Stats.Reconciles
+		if !force && path == last && n == lastN {
+			return // a watchdog beat, no new round
+		}
+		err := tf.Write(path)
+		switch {
+		case err != nil && !failing:
+			d.log.Error("metrics textfile not written; retrying after each round", "err", err)
+		case err == nil && failing:
+			d.log.Info("metrics textfile written again", "path", path)
+		}
+		failing = err != nil
+		last, lastN = path, n
+		interval.Reset(cfg.ResyncInterval)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-rounds:
+			write(false)
+		case <-interval.C:
+			write(true)
+		}
+	}
 }
 
 // quiet drops the error a task returns because the daemon is stopping.

@@ -1,11 +1,14 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -222,4 +225,157 @@ func TestRefusedManualRebindIsRetriedByTheLoop(t *testing.T) {
 		t.Errorf("healed %v after the kernel accepted, want the loop's backoff (≤ 1 s)", d)
 	}
 	t.Logf("retried and healed %v after the kernel accepted", time.Since(start).Round(time.Millisecond))
+}
+
+// The metrics textfile: written after rounds and, with no round, at least
+// every resync interval; a heal shows in it; a reload that moves or clears
+// the path removes the file the daemon stops writing; the flag overrides
+// the config; a write that fails is logged once, and its recovery once.
+func TestMetricsTextfile(t *testing.T) {
+	f := startFake(t)
+	eng := f.d.env.Engine
+	waitFor(t, "the first reconcile", func() bool { return eng.Snapshot().Stats.Reconciles > 0 })
+	dir := t.TempDir()
+	var logs syncBuffer
+	d := &daemon{log: slog.New(slog.NewTextHandler(&logs, nil)), env: f.d.env}
+	setConfig := func(path string, resync time.Duration) {
+		cfg := rebind.DefaultConfig()
+		cfg.MetricsTextfile, cfg.ResyncInterval = path, resync
+		eng.SetConfig(cfg)
+	}
+	read := func(path string) string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return ""
+		}
+		return string(b)
+	}
+	inode := func(path string) uint64 {
+		var st syscall.Stat_t
+		if err := syscall.Stat(path, &st); err != nil {
+			return 0
+		}
+		return st.Ino
+	}
+	start := func(flag string) (chan struct{}, func()) {
+		rounds := make(chan struct{}, 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			d.writeTextfile(ctx, flag, metrics.NewTextfile(metrics.NewCollector(eng, nil)), rounds)
+		}()
+		return rounds, func() { cancel(); <-done }
+	}
+	poke := func(rounds chan struct{}) {
+		select {
+		case rounds <- struct{}{}:
+		default:
+		}
+	}
+
+	a, b := filepath.Join(dir, "a.prom"), filepath.Join(dir, "b.prom")
+	// A long resync: the loop does not reconcile by itself during the test.
+	setConfig(a, time.Hour)
+	rounds, stop := start("")
+	poke(rounds)
+	waitFor(t, "the textfile after a round", func() bool {
+		return strings.Contains(read(a), `nvmet_rebind_listeners{kind="nvmet",state="alive"} 1`)
+	})
+
+	// A heal, then a round: the file says so.
+	f.k.RemoveDevice("rxe0")
+	f.k.AddDevice("rxe0", 0x11, "veth0")
+	eng.Poke()
+	waitFor(t, "the heal", func() bool { return f.listening() && eng.Snapshot().Stats.Rebinds["ok"] >= 2 })
+	poke(rounds)
+	waitFor(t, "the heal in the textfile", func() bool {
+		return strings.Contains(read(a), `nvmet_rebind_rebinds_total{result="ok"} 2`)
+	})
+
+	// No round reported: rewritten within the resync interval anyway. The
+	// writer reads the interval from the config at each write, so a new
+	// one takes effect after the next round (a reload always runs one).
+	setConfig(a, 50*time.Millisecond)
+	n := eng.Snapshot().Stats.Reconciles
+	eng.Poke()
+	waitFor(t, "a round", func() bool { return eng.Snapshot().Stats.Reconciles > n })
+	poke(rounds)
+	time.Sleep(20 * time.Millisecond)
+	ino := inode(a)
+	waitFor(t, "a rewrite with no round", func() bool { return inode(a) != ino && inode(a) != 0 })
+	setConfig(a, time.Hour)
+
+	// A reload moves the file: the old one goes.
+	setConfig(b, time.Hour)
+	poke(rounds)
+	waitFor(t, "the moved textfile", func() bool { return read(b) != "" })
+	if _, err := os.Stat(a); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("old textfile %s left behind: %v", a, err)
+	}
+
+	// A directory that is not there: logged once, not fatal; then it
+	// appears, and the recovery is logged.
+	missing := filepath.Join(dir, "later", "m.prom")
+	setConfig(missing, time.Hour)
+	for range 3 {
+		poke(rounds)
+		eng.Poke()
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitFor(t, "the error", func() bool { return strings.Contains(logs.String(), "metrics textfile not written") })
+	if _, err := os.Stat(b); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("textfile %s left behind after the path changed: %v", b, err)
+	}
+	if err := os.Mkdir(filepath.Dir(missing), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the textfile in the new directory", func() bool {
+		eng.Poke() // a new round, so the writer does not skip the poke
+		poke(rounds)
+		time.Sleep(5 * time.Millisecond)
+		return read(missing) != ""
+	})
+	waitFor(t, "the recovery log", func() bool { return strings.Contains(logs.String(), "metrics textfile written again") })
+	if n := strings.Count(logs.String(), "metrics textfile not written"); n != 1 {
+		t.Errorf("the failing write was logged %d times, want once:\n%s", n, logs.String())
+	}
+
+	// Cleared by a reload: the file goes.
+	setConfig("", time.Hour)
+	poke(rounds)
+	waitFor(t, "the cleared textfile removed", func() bool {
+		_, err := os.Stat(missing)
+		return errors.Is(err, os.ErrNotExist)
+	})
+	stop()
+
+	// The flag wins over the config.
+	flag := filepath.Join(dir, "flag.prom")
+	setConfig(a, time.Hour)
+	rounds, stop = start(flag)
+	defer stop()
+	poke(rounds)
+	waitFor(t, "the flag's textfile", func() bool { return read(flag) != "" })
+	if _, err := os.Stat(a); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the config's textfile %s was written despite the flag: %v", a, err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -1,5 +1,6 @@
-// Package metrics exposes the engine's state to Prometheus. Values are
-// read from the engine at scrape time: no goroutine, no extra wakeups.
+// Package metrics exposes the engine's state to Prometheus: over HTTP
+// (Serve) and as a file for node_exporter's textfile collector (Textfile).
+// Values are read from the engine at scrape or write time.
 package metrics
 
 import (
@@ -8,6 +9,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -104,6 +107,43 @@ func Handler(c *Collector) http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+}
+
+// Textfile writes the collector's metrics in the Prometheus text format for
+// node_exporter's textfile collector. Only the nvmet_rebind_* metrics: the
+// Go and process collectors of the HTTP endpoint are left out, because
+// node_exporter exports go_* and process_* metrics of its own, and a textfile
+// repeating those names makes its whole scrape fail.
+type Textfile struct{ reg *prometheus.Registry }
+
+// NewTextfile returns a writer of c's metrics.
+func NewTextfile(c *Collector) *Textfile {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	return &Textfile{reg: reg}
+}
+
+// Write replaces path atomically: prometheus.WriteToTextfile writes a
+// temporary file in the same directory (named path plus a random suffix, so
+// not *.prom: node_exporter never reads it half-written), makes it 0644 so
+// node_exporter's user can read it, and renames it over path.
+func (t *Textfile) Write(path string) error {
+	if err := prometheus.WriteToTextfile(path, t.reg); err != nil {
+		return fmt.Errorf("metrics textfile %s: %w", path, err)
+	}
+	return nil
+}
+
+// CheckTextfile refuses a path node_exporter's textfile collector would
+// never read: it reads *.prom files, and its directory is absolute.
+func CheckTextfile(path string) error {
+	switch {
+	case !filepath.IsAbs(path):
+		return fmt.Errorf("metrics textfile %q: not an absolute path", path)
+	case !strings.HasSuffix(path, ".prom") || filepath.Base(path) == ".prom":
+		return fmt.Errorf("metrics textfile %q: must end in .prom (node_exporter's textfile collector reads only *.prom)", path)
+	}
+	return nil
 }
 
 // CheckAddr refuses a listen address that is not loopback unless allowed:

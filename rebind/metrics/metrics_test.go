@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,7 +17,9 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/udev"
 )
 
-func TestMetricsAfterAHeal(t *testing.T) {
+// healedEngine is an engine that has healed nvmet port 1 once.
+func healedEngine(t *testing.T) *rebind.Engine {
+	t.Helper()
 	k := configfstest.New(t)
 	k.AddAddr("veth0", "192.0.2.1")
 	k.AddDevice("rxe0", 1, "veth0")
@@ -34,19 +38,99 @@ func TestMetricsAfterAHeal(t *testing.T) {
 	if _, err := e.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	return e
+}
+
+var afterAHeal = []string{
+	`nvmet_rebind_listeners{kind="nvmet",state="alive"} 1`,
+	`nvmet_rebind_listeners{kind="nvmet",state="dead"} 0`,
+	`nvmet_rebind_rebinds_total{result="ok"} 1`,
+	`nvmet_rebind_reconciles_total 1`,
+	`nvmet_rebind_event_source_resyncs_total{source="uevent"} 0`,
+	`nvmet_rebind_last_relisten_seconds `,
+}
+
+func TestMetricsAfterAHeal(t *testing.T) {
+	e := healedEngine(t)
 	rec := httptest.NewRecorder()
 	metrics.Handler(metrics.NewCollector(e, new(udev.Stats))).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)
-	for _, want := range []string{
-		`nvmet_rebind_listeners{kind="nvmet",state="alive"} 1`,
-		`nvmet_rebind_listeners{kind="nvmet",state="dead"} 0`,
-		`nvmet_rebind_rebinds_total{result="ok"} 1`,
-		`nvmet_rebind_reconciles_total 1`,
-		`nvmet_rebind_event_source_resyncs_total{source="uevent"} 0`,
-		`nvmet_rebind_last_relisten_seconds `,
-	} {
+	for _, want := range afterAHeal {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+// The textfile holds the endpoint's nvmet_rebind_* metrics and nothing
+// else (node_exporter has go_* and process_* of its own), readable by all,
+// replaced by a rename (a new inode each write), and no temporary file is
+// left in node_exporter's directory.
+func TestTextfile(t *testing.T) {
+	e := healedEngine(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "nvmet-rebind.prom")
+	tf := metrics.NewTextfile(metrics.NewCollector(e, new(udev.Stats)))
+	if err := tf.Write(path); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range afterAHeal {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("textfile lacks %q:\n%s", want, b)
+		}
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		name := strings.TrimPrefix(strings.TrimPrefix(line, "# HELP "), "# TYPE ")
+		if !strings.HasPrefix(name, "nvmet_rebind_") {
+			t.Errorf("textfile line %q is not an nvmet_rebind_ metric", line)
+		}
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o644 {
+		t.Errorf("mode %v, want 0644 (node_exporter runs as another user)", st.Mode().Perm())
+	}
+	if err := tf.Write(path); err != nil {
+		t.Fatal(err)
+	}
+	st2, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.SameFile(st, st2) {
+		t.Error("the second write reused the file: not replaced by a rename")
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 {
+		t.Errorf("%d entries in the directory, want only the textfile: %v", len(ents), ents)
+	}
+	// A missing directory is an error naming the path, and leaves nothing.
+	if err := tf.Write(filepath.Join(dir, "missing", "m.prom")); err == nil || !strings.Contains(err.Error(), "missing/m.prom") {
+		t.Errorf("write into a missing directory: %v", err)
+	}
+}
+
+func TestCheckTextfile(t *testing.T) {
+	for p, ok := range map[string]bool{
+		"/var/lib/prometheus/node-exporter/nvmet-rebind.prom": true,
+		"/tmp/x.prom": true,
+		"x.prom":      false,
+		"/tmp/x.txt":  false,
+		"/tmp/.prom":  false,
+		"/tmp/":       false,
+		"":            false,
+	} {
+		if err := metrics.CheckTextfile(p); (err == nil) != ok {
+			t.Errorf("CheckTextfile(%q) = %v", p, err)
 		}
 	}
 }
