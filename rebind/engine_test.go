@@ -300,8 +300,18 @@ func TestGiveUp(t *testing.T) {
 	if r := item(items, "1").Reason; !strings.Contains(r, "gave up") {
 		t.Errorf("reason %q does not say it gave up", r)
 	}
+	for _, id := range []string{"1", portal} {
+		if !item(items, id).GaveUp {
+			t.Errorf("%s: GaveUp false after give_up_after (the metrics' listeners_given_up)", id)
+		}
+	}
 	e.SetConfig(w.cfg) // reload: the admin asks to try again
-	w.reconcile(e)
+	items = w.reconcile(e)
+	for _, id := range []string{"1", portal} {
+		if item(items, id).GaveUp {
+			t.Errorf("%s: GaveUp still true after the reload", id)
+		}
+	}
 	if !w.k.Listening("nvmet_rdma", "1") || !w.k.Listening("ib_isert", portal) {
 		t.Errorf("not healed after reload: %s", w.k)
 	}

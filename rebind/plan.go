@@ -227,6 +227,9 @@ type Item struct {
 	Expected    bool   // a listener should exist: links, iser=1, journal
 	DeadSince   time.Time
 	RetryAt     time.Time
+	// GaveUp: dead or stranded for more than give_up_after, so no longer
+	// healed until a reload or a manual rebind.
+	GaveUp bool
 }
 
 // Op is one kind of step.
@@ -618,6 +621,7 @@ func planEndpoint(p *Planned, g *group, obs Observed, mem Memory, cfg Config, v 
 	// Why, and whether the heal may run now.
 	reason := ""
 	retryAt := time.Time{}
+	gaveUp := false
 	switch es.State {
 	case StateNone:
 		if ep.Kind == KindNvmet {
@@ -645,6 +649,7 @@ func planEndpoint(p *Planned, g *group, obs Observed, mem Memory, cfg Config, v 
 		if !ok {
 			reason += "; " + why
 			retryAt = at
+			gaveUp = strings.HasPrefix(why, reasonGaveUp)
 			h = Heal{}
 		}
 	}
@@ -658,7 +663,7 @@ func planEndpoint(p *Planned, g *group, obs Observed, mem Memory, cfg Config, v 
 	for _, hd := range g.holders {
 		it := &p.Items[hd.item]
 		it.State, it.Sharers, it.Action, it.RetryAt = es.State, sharers, h.Action, retryAt
-		it.Reason = reason
+		it.Reason, it.GaveUp = reason, gaveUp
 		it.Expected = expected
 		if sharers > 1 && ep.Kind == KindLIO {
 			it.Reason += fmt.Sprintf(" (iSER listener shared by %d portals)", sharers)
@@ -927,6 +932,9 @@ func planPortals(g *group, st State, obs Observed) (bool, Heal) {
 	return expected, h
 }
 
+// reasonGaveUp starts gate's answer when the give-up timer ran out (Item.GaveUp).
+const reasonGaveUp = "gave up: "
+
 // gate applies the conditions shared by every heal: the address is carried
 // by an RDMA device, the give-up timer, the removal and repair graces,
 // pinning and backoff. It returns why not, and when to look again.
@@ -954,7 +962,7 @@ func gate(ep Endpoint, g *group, st State, entry rdma.CMID, obs Observed, mem Me
 	}
 	if st == StateDead || st == StateStranded {
 		if cfg.GiveUpAfter > 0 && now.Sub(since) >= cfg.GiveUpAfter {
-			return fmt.Sprintf("gave up: dead for more than give_up_after=%v (run `nvmet-rebind rebind %s` or reload to try again)", cfg.GiveUpAfter, items[g.holders[0].item].ID), time.Time{}, false
+			return fmt.Sprintf(reasonGaveUp+"dead for more than give_up_after=%v (run `nvmet-rebind rebind %s` or reload to try again)", cfg.GiveUpAfter, items[g.holders[0].item].ID), time.Time{}, false
 		}
 	}
 	if st == StateDead {

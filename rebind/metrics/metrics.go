@@ -28,7 +28,7 @@ type Collector struct {
 	eng    *rebind.Engine
 	events *udev.Stats
 
-	listeners, rebinds, latency, pending, reconciles, resyncs, reconnects, eventsSeen *prometheus.Desc
+	listeners, givenUp, rebinds, latency, pending, reconciles, resyncs, reconnects, eventsSeen *prometheus.Desc
 }
 
 // NewCollector returns a collector over eng and the event stats (may be nil).
@@ -36,6 +36,7 @@ func NewCollector(eng *rebind.Engine, events *udev.Stats) *Collector {
 	return &Collector{
 		eng: eng, events: events,
 		listeners:  prometheus.NewDesc(ns+"_listeners", "RDMA listeners by kind and state: managed, alive, dead, stranded (LISTEN on a device that no longer carries the address), unknown (managed and expected ones only for the last four).", []string{"kind", "state"}, nil),
+		givenUp:    prometheus.NewDesc(ns+"_listeners_given_up", "Managed listeners dead or stranded for more than give_up_after: no longer healed until a reload or `nvmet-rebind rebind`.", []string{"kind"}, nil),
 		rebinds:    prometheus.NewDesc(ns+"_rebinds_total", "Rebind attempts by result: ok, refused (address/device not ready), unverified (no LISTEN after), error.", []string{"result"}, nil),
 		latency:    prometheus.NewDesc(ns+"_last_relisten_seconds", "Time from the first write of the last successful rebind to LISTEN verified.", nil, nil),
 		pending:    prometheus.NewDesc(ns+"_pending_retries", "Listeners waiting for a backoff retry.", nil, nil),
@@ -48,7 +49,7 @@ func NewCollector(eng *rebind.Engine, events *udev.Stats) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.listeners, c.rebinds, c.latency, c.pending, c.reconciles, c.resyncs, c.reconnects, c.eventsSeen} {
+	for _, d := range []*prometheus.Desc{c.listeners, c.givenUp, c.rebinds, c.latency, c.pending, c.reconciles, c.resyncs, c.reconnects, c.eventsSeen} {
 		ch <- d
 	}
 }
@@ -57,10 +58,12 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	snap := c.eng.Snapshot()
 	counts := map[[2]string]float64{}
+	givenUp := map[string]float64{}
 	for _, k := range []string{"nvmet", "lio"} {
 		for _, s := range []string{"managed", "alive", "dead", "stranded", "unknown"} {
 			counts[[2]string{k, s}] = 0
 		}
+		givenUp[k] = 0
 	}
 	for _, it := range snap.Items {
 		if !it.Managed {
@@ -70,6 +73,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counts[[2]string{k, "managed"}]++
 		if !it.Expected {
 			continue
+		}
+		if it.GaveUp {
+			givenUp[k]++
 		}
 		switch {
 		case it.Listening == nil:
@@ -84,6 +90,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for key, v := range counts {
 		ch <- prometheus.MustNewConstMetric(c.listeners, prometheus.GaugeValue, v, key[0], key[1])
+	}
+	for k, v := range givenUp {
+		ch <- prometheus.MustNewConstMetric(c.givenUp, prometheus.GaugeValue, v, k)
 	}
 	for _, r := range []string{"ok", "refused", "unverified", "error"} {
 		ch <- prometheus.MustNewConstMetric(c.rebinds, prometheus.CounterValue, float64(snap.Stats.Rebinds[r]), r)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
@@ -48,6 +49,53 @@ var afterAHeal = []string{
 	`nvmet_rebind_reconciles_total 1`,
 	`nvmet_rebind_event_source_resyncs_total{source="uevent"} 0`,
 	`nvmet_rebind_last_relisten_seconds `,
+	`nvmet_rebind_listeners_given_up{kind="nvmet"} 0`,
+}
+
+// A listener dead for more than give_up_after counts as given up (the
+// NvmetRebindGaveUp alert), and as dead.
+func TestMetricsGivenUp(t *testing.T) {
+	k := configfstest.New(t)
+	k.AddAddr("veth0", "192.0.2.1")
+	k.AddDevice("rxe0", 1, "veth0")
+	k.AddSubsystem("nqn.a")
+	k.AddPort("1", "rdma", "ipv4", "192.0.2.1", "4420")
+	if err := configfs.NewWithOps(k.Root, k.Admin()).Relink("1", configfs.Link{Name: "nqn.a", NQN: "nqn.a"}); err != nil {
+		t.Fatal(err)
+	}
+	j, err := state.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cfg := rebind.DefaultConfig()
+	cfg.GiveUpAfter = time.Minute
+	e := rebind.New(rebind.Options{Tree: k.FS(), Kernel: k, Store: j, Config: cfg, Now: func() time.Time { return now }})
+	ctx := context.Background()
+	if _, err := e.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	k.RemoveDevice("rxe0") // the listener dies; no device to rebind onto
+	if _, err := e.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(2 * time.Minute)
+	k.AddDevice("rxe0", 1, "veth0")
+	if _, err := e.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	metrics.Handler(metrics.NewCollector(e, nil)).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for _, want := range []string{
+		`nvmet_rebind_listeners_given_up{kind="nvmet"} 1`,
+		`nvmet_rebind_listeners{kind="nvmet",state="dead"} 1`,
+		`nvmet_rebind_rebinds_total{result="ok"} 0`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
 }
 
 func TestMetricsAfterAHeal(t *testing.T) {
