@@ -5,7 +5,7 @@ DESTDIR ?=
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build test unit demo bench lint clean install
+.PHONY: all build test unit demo bench lint clean install packages
 
 all: build
 
@@ -42,7 +42,7 @@ bench:
 	tests/idle-cost.sh 600 1000
 
 clean:
-	rm -rf bin tests/artifacts
+	rm -rf bin tests/artifacts dist
 
 # make install [PREFIX=/usr/local] [DESTDIR=]: binary, unit, udev rule,
 # reference config (kept when present), man page, bash and zsh completion.
@@ -63,3 +63,39 @@ install: build
 	install -D -m 0644 etc/man/nvmet-rebind.8 $(DESTDIR)$(PREFIX)/share/man/man8/nvmet-rebind.8
 	install -D -m 0644 etc/completion/nvmet-rebind.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/nvmet-rebind
 	install -D -m 0644 etc/completion/_nvmet-rebind $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_nvmet-rebind
+
+# make packages [DIST=dist] [PKG_ARCH=amd64]: the .deb and the .rpm in
+# $(DIST)/, built by nfpm (etc/packaging/nfpm.yaml; etc/packaging/README.md
+# explains the layout and the maintainer scripts). The version comes from
+# `git describe` (etc/packaging/version.sh); file times are the commit's.
+# The binary is a position-independent executable (ASLR; lintian flags a
+# static non-PIE one), with no shared library. The .deb's control has no
+# License: field (nfpm would write one; dpkg knows none), the .rpm's has.
+DIST           ?= dist
+NFPM           ?= $(GO) run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.44.0
+PKG_ARCH       ?= $(shell $(GO) env GOARCH)
+PKG_MAINTAINER ?= nvmet-rebind maintainers <maintainers@users.noreply.a-seed-694f2dba.example>
+
+packages:
+	@set -e; \
+	version=$$(PKG_VERSION='$(PKG_VERSION)' etc/packaging/version.sh); \
+	rpmversion=$$(PKG_VERSION='$(PKG_VERSION)' etc/packaging/version.sh --rpm); \
+	epoch=$${SOURCE_DATE_EPOCH:-$$(git log -1 --format=%ct 2>/dev/null || date +%s)}; \
+	date=$$(date -u -R -d @$$epoch); \
+	build=$(abspath $(DIST))/build; \
+	rm -rf "$$build"; mkdir -p "$$build"; \
+	echo "packages: nvmet-rebind $$version (rpm: $${rpmversion% *}-$${rpmversion#* }) $(PKG_ARCH) in $(DIST)/"; \
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(PKG_ARCH) $(GO) build -trimpath -buildmode=pie -ldflags '$(LDFLAGS) -s -w -bindnow' -o "$$build/nvmet-rebind" ./cmd/nvmet-rebind; \
+	sed 's|/usr/local/sbin/|/usr/sbin/|g' etc/systemd/nvmet-rebind.service > "$$build/nvmet-rebind.service"; \
+	sed 's|/usr/local/sbin/|/usr/sbin/|g' etc/systemd/nvmet-rebind.service.d/systemd-252.conf > "$$build/systemd-252.conf"; \
+	sed 's|/usr/local/sbin/|/usr/sbin/|g' etc/udev/rules.d/90-nvmet-rebind.rules > "$$build/90-nvmet-rebind.rules"; \
+	gzip -9n < etc/man/nvmet-rebind.8 > "$$build/nvmet-rebind.8.gz"; \
+	printf '%s\n' "nvmet-rebind ($$version) unstable; urgency=medium" "" \
+		"  * Built by make packages from git $$(git describe --tags --always --dirty 2>/dev/null || echo "$$version")." \
+		"    The changes are the project's git history." "" \
+		" -- $(PKG_MAINTAINER)  $$date" | gzip -9n > "$$build/changelog.gz"; \
+	sed '/^license:/d' etc/packaging/nfpm.yaml > "$$build/nfpm-deb.yaml"; \
+	PKG_BUILD="$$build" PKG_ARCH=$(PKG_ARCH) PKG_VERSION="$$version" PKG_RELEASE= PKG_MAINTAINER='$(PKG_MAINTAINER)' \
+		SOURCE_DATE_EPOCH=$$epoch $(NFPM) package -f "$$build/nfpm-deb.yaml" -p deb -t $(DIST)/; \
+	PKG_BUILD="$$build" PKG_ARCH=$(PKG_ARCH) PKG_VERSION="$${rpmversion% *}" PKG_RELEASE="$${rpmversion#* }" PKG_MAINTAINER='$(PKG_MAINTAINER)' \
+		SOURCE_DATE_EPOCH=$$epoch $(NFPM) package -f etc/packaging/nfpm.yaml -p rpm -t $(DIST)/
