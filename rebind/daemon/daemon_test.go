@@ -19,6 +19,7 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/control"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/metrics"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma/rdmatest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/status"
 )
@@ -52,7 +53,7 @@ func (s *readOnlyStore) SavePins(map[rebind.Key]uint64) error {
 // fakeDaemon is the daemon's engine, loop and control socket over the fake
 // kernel (a real state directory and socket).
 type fakeDaemon struct {
-	k    *configfstest.Kernel
+	k    *fakeKernel
 	d    *daemon
 	sock string
 	dir  string
@@ -61,7 +62,7 @@ type fakeDaemon struct {
 
 func startFake(t *testing.T) *fakeDaemon {
 	t.Helper()
-	k := configfstest.New(t)
+	k := newFakeKernel(t)
 	k.AddAddr("veth0", "192.0.2.1")
 	k.AddDevice("rxe0", 0x11, "veth0")
 	k.AddSubsystem(nqn)
@@ -223,3 +224,18 @@ func TestRefusedManualRebindIsRetriedByTheLoop(t *testing.T) {
 	}
 	t.Logf("retried and healed %v after the kernel accepted", time.Since(start).Round(time.Millisecond))
 }
+
+// fakeKernel is the tests' fake kernel: the configfs tree
+// (configfstest.Fake) binding its listeners through the RDMA side
+// (rdmatest.Kernel, also the engine's rebind.Kernel).
+type fakeKernel struct {
+	*configfstest.Fake
+	*rdmatest.Kernel
+}
+
+func newFakeKernel(tb interface{ TempDir() string }) *fakeKernel {
+	r := rdmatest.New()
+	return &fakeKernel{configfstest.New(tb, r), r}
+}
+
+func (k *fakeKernel) String() string { return k.Fake.String() + " | " + k.Kernel.String() }
