@@ -2,11 +2,18 @@
 // (<root>/nvmet) and LIO iSCSI tree (<root>/target/iscsi) under a configfs
 // root that is a value, not a constant.
 //
-// It knows the kernel's object rules (a port is enabled by its first subsystem
-// link, `iser` adds or removes the iSER listener of a network portal) but not
-// why anything is done. Names read from the tree are validated so that no
-// path ever leaves the root, attribute reads are bounded, and every write goes
-// through an Ops seam so that tests can put a fake kernel behind it.
+// It owns the tree: listing nvmet ports (Ports: attributes only; Links, or
+// Port for one port with its links), LIO portals (Portals, Portal) and
+// subsystems (Subsystems), and the few writes a heal needs (Unlink, Relink,
+// SetISER). It knows the kernel's object rules (a port is enabled by its
+// first subsystem link, `iser` adds or removes the iSER listener of a network
+// portal) but not why anything is done: no policy, no RDMA, no engine.
+//
+// Names read from the tree are validated so that no path ever leaves the
+// root, and attribute reads are bounded and trimmed. Every read and every
+// write goes through one seam, Ops: OSOps is the real kernel (system calls,
+// several directories read at a time), configfstest.Fake a fake one for
+// tests.
 package configfs
 
 import (
@@ -14,69 +21,11 @@ import (
 	"fmt"
 	"io/fs"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 )
-
-// maxAttr bounds every attribute read: configfs attributes are at most a page.
-const maxAttr = 4096
-
-// Ops performs the writes and the ordered directory reads. The real kernel is
-// OSOps; configfstest.Fake stands in for it in tests.
-type Ops interface {
-	// ReadDirNames lists a directory in the order its entries were created.
-	ReadDirNames(dir string) ([]string, error)
-	// Symlink creates link pointing at target (ln -s target link).
-	Symlink(target, link string) error
-	// Remove removes a symlink or an empty configfs group (unlink/rmdir).
-	Remove(path string) error
-	// WriteAttr writes an attribute in place, once (echo value > path).
-	WriteAttr(path, value string) error
-}
-
-// OSOps is the real kernel: plain system calls on configfs.
-type OSOps struct{}
-
-// ReadDirNames returns entries in creation order. configfs adds a new
-// dirent at the head of its parent's list, so readdir returns the newest
-// first; reversing gives creation order.
-func (OSOps) ReadDirNames(dir string) ([]string, error) {
-	f, err := os.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil, err
-	}
-	slices.Reverse(names)
-	return names, nil
-}
-
-// Symlink implements Ops.
-func (OSOps) Symlink(target, link string) error { return os.Symlink(target, link) }
-
-// Remove implements Ops.
-func (OSOps) Remove(path string) error { return os.Remove(path) }
-
-// WriteAttr implements Ops. configfs attributes take one write(2); a
-// partial write or a short count is an error.
-func (OSOps) WriteAttr(path, value string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write([]byte(value + "\n")); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
 
 // FS is a configfs tree under Root.
 type FS struct {
@@ -88,7 +37,8 @@ type FS struct {
 // real kernel's system calls.
 func New(root string) *FS { return NewWithOps(root, OSOps{}) }
 
-// NewWithOps returns the tree under root with writes going through ops.
+// NewWithOps returns the tree under root with every read and write going
+// through ops.
 func NewWithOps(root string, ops Ops) *FS {
 	return &FS{root: filepath.Clean(root), ops: ops}
 }
@@ -196,19 +146,6 @@ func (f *FS) iscsi(elem ...string) string {
 	return filepath.Join(append([]string{f.root, "target", "iscsi"}, elem...)...)
 }
 
-// readAttr reads one attribute, bounded and trimmed. A missing attribute
-// is fs.ErrNotExist.
-func readAttr(path string) (string, error) {
-	b, err := readSmall(path, maxAttr)
-	if err != nil {
-		return "", err
-	}
-	if len(b) > maxAttr {
-		return "", fmt.Errorf("%s: attribute larger than %d bytes", path, maxAttr)
-	}
-	return strings.TrimSpace(string(b)), nil
-}
-
 // names lists a directory through Ops, dropping invalid names. A missing
 // directory is an empty list when optional.
 func (f *FS) names(dir string, optional bool) ([]string, error) {
@@ -236,41 +173,27 @@ func (f *FS) Ports() ([]Port, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nvmet ports: %w", err)
 	}
-	ports := make([]Port, len(ids))
-	errs := make([]error, len(ids))
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for w := 0; w < min(readers, len(ids)); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				ports[i], errs[i] = f.port(ids[i], false)
-			}
-		}()
+	dirs := make([]string, len(ids))
+	for i, id := range ids {
+		dirs[i] = f.nvmet("ports", id)
 	}
-	for i := range ids {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	out := ports[:0]
-	for i, p := range ports {
-		if errors.Is(errs[i], fs.ErrNotExist) {
-			continue // removed while we read
+	var ports []Port
+	for i, a := range f.ops.ReadAttrs(dirs, portAttrs) {
+		p, err := f.portFrom(ids[i], a)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // removed while we read, or not a directory
 		}
-		if errs[i] != nil {
-			return nil, errs[i]
+		if err != nil {
+			return nil, err
 		}
-		out = append(out, p)
+		ports = append(ports, p)
 	}
-	slices.SortStableFunc(out, func(a, b Port) int { return ComparePortIDs(a.ID, b.ID) })
-	return out, nil
+	slices.SortStableFunc(ports, func(a, b Port) int { return ComparePortIDs(a.ID, b.ID) })
+	return ports, nil
 }
 
-// readers bounds the parallel reads of a large tree: attribute reads are
-// system-call bound and independent.
-const readers = 4
+// portAttrs are the attributes of a port that Port mirrors, in field order.
+var portAttrs = []string{"addr_trtype", "addr_adrfam", "addr_traddr", "addr_trsvcid"}
 
 // ComparePortIDs orders nvmet port ids numerically when both are numbers.
 func ComparePortIDs(a, b string) int {
@@ -282,57 +205,56 @@ func ComparePortIDs(a, b string) int {
 	return strings.Compare(a, b)
 }
 
-// Port reads nvmet/ports/<id>. A missing port is fs.ErrNotExist. Problems
-// with the port's content are reported in Port.Err, not as an error.
-func (f *FS) Port(id string) (Port, error) { return f.port(id, true) }
-
-func (f *FS) port(id string, withLinks bool) (Port, error) {
+// Port reads nvmet/ports/<id> with its links. A missing port is
+// fs.ErrNotExist. Problems with the port's content are reported in
+// Port.Err, not as an error.
+func (f *FS) Port(id string) (Port, error) {
 	if err := checkName(id); err != nil {
 		return Port{}, fmt.Errorf("nvmet port: %w", err)
 	}
-	dir := f.nvmet("ports", id)
-	st, err := os.Lstat(dir)
+	p, err := f.portFrom(id, f.ops.ReadAttrs([]string{f.nvmet("ports", id)}, portAttrs)[0])
 	if err != nil {
-		return Port{}, fmt.Errorf("nvmet port %s: %w", id, err)
-	}
-	if !st.IsDir() {
-		return Port{}, fmt.Errorf("nvmet port %s: %w", id, fs.ErrNotExist)
-	}
-	// A read that fails because the port was removed meanwhile is "no
-	// such port", not a problem of the port.
-	gone := func() error {
-		if _, serr := os.Lstat(dir); errors.Is(serr, fs.ErrNotExist) {
-			return fmt.Errorf("nvmet port %s: %w", id, serr)
-		}
-		return nil
-	}
-	p := Port{ID: id}
-	for _, a := range []struct {
-		name string
-		dst  *string
-	}{{"addr_trtype", &p.Trtype}, {"addr_adrfam", &p.Adrfam}, {"addr_traddr", &p.Traddr}, {"addr_trsvcid", &p.Trsvcid}} {
-		v, err := readAttr(filepath.Join(dir, a.name))
-		if err != nil {
-			if g := gone(); g != nil {
-				return Port{}, g
-			}
-			p.Err = errors.Join(p.Err, fmt.Errorf("nvmet port %s: %s: %w", id, a.name, err))
-			continue
-		}
-		*a.dst = v
-	}
-	if !withLinks {
-		return p, nil
+		return Port{}, err
 	}
 	links, err := f.links(id)
 	if err != nil {
-		if g := gone(); g != nil {
+		if g := f.gone(id); g != nil {
 			return Port{}, g
 		}
 		p.Err = errors.Join(p.Err, err)
 	}
 	p.Links = links
 	return p, nil
+}
+
+// portFrom makes the port id of what ReadAttrs found in its directory.
+func (f *FS) portFrom(id string, a Attrs) (Port, error) {
+	if a.Err != nil {
+		return Port{}, fmt.Errorf("nvmet port %s: %w", id, a.Err)
+	}
+	p := Port{ID: id}
+	dst := []*string{&p.Trtype, &p.Adrfam, &p.Traddr, &p.Trsvcid}
+	for i, name := range portAttrs {
+		if err := a.Errs[i]; err != nil {
+			if g := f.gone(id); g != nil {
+				return Port{}, g
+			}
+			p.Err = errors.Join(p.Err, fmt.Errorf("nvmet port %s: %s: %w", id, name, err))
+			continue
+		}
+		*dst[i] = a.Values[i]
+	}
+	return p, nil
+}
+
+// gone tells a read that failed because the port was removed meanwhile
+// ("no such port") from a problem of the port: it is fs.ErrNotExist when
+// the port's directory no longer exists, nil otherwise.
+func (f *FS) gone(id string) error {
+	if _, err := f.ops.Lstat(f.nvmet("ports", id)); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("nvmet port %s: %w", id, err)
+	}
+	return nil
 }
 
 // Links reads nvmet/ports/<id>/subsystems/* in creation order; a missing
@@ -343,8 +265,8 @@ func (f *FS) Links(id string) ([]Link, error) {
 	}
 	links, err := f.links(id)
 	if err != nil {
-		if _, serr := os.Lstat(f.nvmet("ports", id)); errors.Is(serr, fs.ErrNotExist) {
-			return nil, fmt.Errorf("nvmet port %s: %w", id, serr)
+		if g := f.gone(id); g != nil {
+			return nil, g
 		}
 	}
 	return links, err
@@ -368,7 +290,7 @@ func (f *FS) links(id string) ([]Link, error) {
 	subsys := f.nvmet("subsystems")
 	var links []Link
 	for _, n := range names {
-		target, err := os.Readlink(filepath.Join(dir, n))
+		target, err := f.ops.Readlink(filepath.Join(dir, n))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -396,7 +318,8 @@ func (f *FS) Portals() ([]Portal, error) {
 	}
 	// One unreadable target must not hide the others: errors are
 	// collected and returned with every portal that could be read.
-	var portals []Portal
+	var found []Portal // IQN, TPG, NP
+	var dirs []string
 	var errs []error
 	for _, iqn := range iqns {
 		if !strings.Contains(iqn, ".") && !strings.Contains(iqn, ":") {
@@ -416,25 +339,33 @@ func (f *FS) Portals() ([]Portal, error) {
 				errs = append(errs, fmt.Errorf("lio target %s/%s: np: %w", iqn, tpg, err))
 				continue
 			}
-			if len(nps) == 0 || !realDirs(f.iscsi(iqn), f.iscsi(iqn, tpg), f.iscsi(iqn, tpg, "np")) {
+			if len(nps) == 0 || !f.realDirs(f.iscsi(iqn), f.iscsi(iqn, tpg), f.iscsi(iqn, tpg, "np")) {
 				continue
 			}
 			for _, np := range nps {
-				p, err := f.portalIn(iqn, tpg, np)
-				if errors.Is(err, fs.ErrNotExist) {
-					continue
-				}
-				if err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				portals = append(portals, p)
+				found = append(found, Portal{IQN: iqn, TPG: tpg, NP: np})
+				dirs = append(dirs, f.iscsi(iqn, tpg, "np", np))
 			}
 		}
+	}
+	var portals []Portal
+	for i, a := range f.ops.ReadAttrs(dirs, portalAttrs) {
+		p, err := portalFrom(found[i], a)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		portals = append(portals, p)
 	}
 	slices.SortStableFunc(portals, func(a, b Portal) int { return strings.Compare(a.ID(), b.ID()) })
 	return portals, errors.Join(errs...)
 }
+
+// portalAttrs are the attributes of an np that Portal mirrors.
+var portalAttrs = []string{"iser"}
 
 // Portal reads one portal by its ID (<iqn>/<tpgt_N>/<np>).
 func (f *FS) Portal(id string) (Portal, error) {
@@ -442,44 +373,36 @@ func (f *FS) Portal(id string) (Portal, error) {
 	if err != nil {
 		return Portal{}, err
 	}
-	return f.portal(iqn, tpg, np)
+	if !f.realDirs(f.iscsi(iqn), f.iscsi(iqn, tpg), f.iscsi(iqn, tpg, "np")) {
+		return Portal{}, fmt.Errorf("lio portal %s: %w", id, fs.ErrNotExist)
+	}
+	a := f.ops.ReadAttrs([]string{f.iscsi(iqn, tpg, "np", np)}, portalAttrs)[0]
+	return portalFrom(Portal{IQN: iqn, TPG: tpg, NP: np}, a)
 }
 
 // realDirs reports whether every path is a directory, not a symlink:
 // configfs has no symlinks on the path to a portal, and one would lead
 // writes out of the root.
-func realDirs(paths ...string) bool {
+func (f *FS) realDirs(paths ...string) bool {
 	for _, d := range paths {
-		if st, err := os.Lstat(d); err != nil || !st.IsDir() {
+		if st, err := f.ops.Lstat(d); err != nil || !st.IsDir() {
 			return false
 		}
 	}
 	return true
 }
 
-func (f *FS) portal(iqn, tpg, np string) (Portal, error) {
-	if !realDirs(f.iscsi(iqn), f.iscsi(iqn, tpg), f.iscsi(iqn, tpg, "np")) {
-		return Portal{}, fmt.Errorf("lio portal %s/%s/%s: %w", iqn, tpg, np, fs.ErrNotExist)
+// portalFrom completes p (IQN, TPG, NP) with what ReadAttrs found in its
+// np directory, whose parents were checked.
+func portalFrom(p Portal, a Attrs) (Portal, error) {
+	if a.Err != nil {
+		return Portal{}, fmt.Errorf("lio portal %s: %w", p.ID(), a.Err)
 	}
-	return f.portalIn(iqn, tpg, np)
-}
-
-// portalIn reads a portal whose parent directories were checked.
-func (f *FS) portalIn(iqn, tpg, np string) (Portal, error) {
-	p := Portal{IQN: iqn, TPG: tpg, NP: np}
-	dir := f.iscsi(iqn, tpg, "np", np)
-	st, err := os.Lstat(dir)
-	if err != nil {
-		return Portal{}, fmt.Errorf("lio portal %s: %w", p.ID(), err)
-	}
-	if !st.IsDir() {
-		return Portal{}, fmt.Errorf("lio portal %s: %w", p.ID(), fs.ErrNotExist)
-	}
-	if p.Addr, err = ParseNP(np); err != nil {
+	var err error
+	if p.Addr, err = ParseNP(p.NP); err != nil {
 		p.Err = fmt.Errorf("lio portal %s: %w", p.ID(), err)
 	}
-	v, err := readAttr(filepath.Join(dir, "iser"))
-	switch {
+	switch v, err := a.Values[0], a.Errs[0]; {
 	case errors.Is(err, fs.ErrNotExist):
 		// ib_isert was never loaded on this kernel: no iser attribute.
 	case err != nil:
@@ -523,21 +446,6 @@ func (f *FS) Relink(portID string, l Link) error {
 		return fmt.Errorf("nvmet port %s: relink %q: %w", portID, l.Name, err)
 	}
 	return nil
-}
-
-// SubsystemExists reports whether nvmet/subsystems/<nqn> exists.
-func (f *FS) SubsystemExists(nqn string) (bool, error) {
-	if err := checkName(nqn); err != nil {
-		return false, fmt.Errorf("nvmet subsystem: %w", err)
-	}
-	_, err := os.Lstat(f.nvmet("subsystems", nqn))
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("nvmet subsystem %s: %w", nqn, err)
-	}
-	return true, nil
 }
 
 // SetISER writes np/<np>/iser. 1 adds the iSER listener (refused with the

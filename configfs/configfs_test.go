@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma/rdmatest"
 )
 
 func TestParseNP(t *testing.T) {
@@ -63,8 +64,8 @@ func FuzzParseNP(f *testing.F) {
 	})
 }
 
-func setup(t *testing.T) (*configfstest.Kernel, *configfs.FS) {
-	k := configfstest.New(t)
+func setup(t *testing.T) (*fakeKernel, *configfs.FS) {
+	k := newFakeKernel(t)
 	k.AddSubsystem("nqn.a")
 	k.AddSubsystem("nqn.b")
 	k.AddPort("1", "rdma", "ipv4", "192.0.2.1", "4420")
@@ -269,3 +270,18 @@ func portsWithLinks(f *configfs.FS) ([]configfs.Port, error) {
 	}
 	return ports, nil
 }
+
+// fakeKernel is the tests' fake kernel: the configfs tree
+// (configfstest.Fake) binding its listeners through the RDMA side
+// (rdmatest.Kernel, also the engine's rebind.Kernel).
+type fakeKernel struct {
+	*configfstest.Fake
+	*rdmatest.Kernel
+}
+
+func newFakeKernel(tb interface{ TempDir() string }) *fakeKernel {
+	r := rdmatest.New()
+	return &fakeKernel{configfstest.New(tb, r), r}
+}
+
+func (k *fakeKernel) String() string { return k.Fake.String() + " | " + k.Kernel.String() }

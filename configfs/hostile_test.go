@@ -14,7 +14,6 @@ import (
 	"testing"
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
-	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
 )
@@ -32,9 +31,9 @@ const (
 // (192.0.2.1:4420, link a) is the victim of each case; port 2
 // (192.0.2.1:4421, link b) and the portal goodIQN/tpgt_1/192.0.2.1:3261 are
 // healthy bystanders that must be healed after a reset.
-func hostileKernel(t *testing.T) *configfstest.Kernel {
+func hostileKernel(t *testing.T) *fakeKernel {
 	t.Helper()
-	k := configfstest.New(t)
+	k := newFakeKernel(t)
 	k.AddAddr("veth0", "192.0.2.1")
 	k.AddAddr("veth0", "2001:db8::1")
 	k.AddDevice("rxe0", hGUID, "veth0")
@@ -105,7 +104,7 @@ type hostileCase struct {
 	// make damages the tree and returns the id of the hostile object ("" when
 	// it is a port or portal that must not be listed at all) and the files
 	// outside the tree that must keep their content.
-	make func(t *testing.T, k *configfstest.Kernel) (outside map[string]string)
+	make func(t *testing.T, k *fakeKernel) (outside map[string]string)
 	// port: check port 1 as read; portal: check the portals as read.
 	port   func(t *testing.T, ports []configfs.Port)
 	portal func(t *testing.T, portals []configfs.Portal)
@@ -204,13 +203,13 @@ func portalSkipped(t *testing.T, portals []configfs.Portal) {
 }
 
 func hostileCases() []hostileCase {
-	port1 := func(k *configfstest.Kernel, elem ...string) string {
+	port1 := func(k *fakeKernel, elem ...string) string {
 		return filepath.Join(append([]string{k.Root, "nvmet/ports/1"}, elem...)...)
 	}
 	attr := func(name, v, want string) hostileCase {
 		return hostileCase{
 			name: name + "=" + strings.ToValidUTF8(v[:min(len(v), 12)], "?"),
-			make: func(t *testing.T, k *configfstest.Kernel) map[string]string {
+			make: func(t *testing.T, k *fakeKernel) map[string]string {
 				put(t, port1(k, name), v)
 				return nil
 			},
@@ -221,7 +220,7 @@ func hostileCases() []hostileCase {
 	np := func(name, want string) hostileCase {
 		return hostileCase{
 			name: "np " + name,
-			make: func(t *testing.T, k *configfstest.Kernel) map[string]string {
+			make: func(t *testing.T, k *fakeKernel) map[string]string {
 				portalDir(t, k.Root, hIQN, "tpgt_1", name, "1")
 				return nil
 			},
@@ -231,7 +230,7 @@ func hostileCases() []hostileCase {
 	iser := func(label, v, want string) hostileCase {
 		return hostileCase{
 			name: "iser " + label,
-			make: func(t *testing.T, k *configfstest.Kernel) map[string]string {
+			make: func(t *testing.T, k *fakeKernel) map[string]string {
 				portalDir(t, k.Root, hIQN, "tpgt_1", "192.0.2.1:3260", v)
 				return nil
 			},
@@ -241,7 +240,7 @@ func hostileCases() []hostileCase {
 	cases := []hostileCase{
 		{
 			name: "no addr_traddr",
-			make: func(t *testing.T, k *configfstest.Kernel) map[string]string {
+			make: func(t *testing.T, k *fakeKernel) map[string]string {
 				if err := os.Remove(port1(k, "addr_traddr")); err != nil {
 					t.Fatal(err)
 				}
@@ -265,7 +264,7 @@ func hostileCases() []hostileCase {
 		attr("addr_trsvcid", huge, "larger than"),
 		{
 			name: "subsystems link to an absolute path outside the tree",
-			make: func(t *testing.T, k *configfstest.Kernel) map[string]string {
+			make: func(t *testing.T, k *fakeKernel) map[string]string {
 				symlink(t, t.TempDir(), port1(k, "subsystems", "evil"))
 				return nil
 			},
@@ -273,7 +272,7 @@ func hostileCases() []hostileCase {
 		},
 		{
 			name: "subsystems link with ../../.. leaving the tree",
-			make: func(t *testing.T, k *configfstest.Kernel) map[string]string {
+			make: func(t *testing.T, k *fakeKernel) map[string]string {
 				symlink(t, "../../../../../../../../../../etc", port1(k, "subsystems", "evil"))
 				return nil
 			},
@@ -281,7 +280,7 @@ func hostileCases() []hostileCase {
 		},
 		{
 			name: "subsystems link to another port",
-			make: func(t *testing.T, k *configfstest.Kernel) map[string]string {
+			make: func(t *testing.T, k *fakeKernel) map[string]string {
 				symlink(t, "../../2", port1(k, "subsystems", "evil"))
 				return nil
 			},
@@ -289,7 +288,7 @@ func hostileCases() []hostileCase {
 		},
 		{
 			name: "subsystems link through .. back into subsystems of another root",
-			make: func(t *testing.T, k *configfstest.Kernel) map[string]string {
+			make: func(t *testing.T, k *fakeKernel) map[string]string {
 				other := t.TempDir()
 				if err := os.MkdirAll(filepath.Join(other, "nvmet/subsystems", hNQNB), 0o755); err != nil {
 					t.Fatal(err)
@@ -305,7 +304,7 @@ func hostileCases() []hostileCase {
 			// it cannot work and must not be tried.
 			name: "subsystems link whose name has a newline",
 			bug:  "BUG-1 configfs.links drops link names it cannot represent (checkName) without setting Port.Err: the port looks complete, the engine rebinds it and the hidden link keeps the port enabled, so the rebind cannot work",
-			make: func(t *testing.T, k *configfstest.Kernel) map[string]string {
+			make: func(t *testing.T, k *fakeKernel) map[string]string {
 				symlink(t, "../../../../nvmet/subsystems/"+hNQNB, port1(k, "subsystems", "b\nx"))
 				return nil
 			},
@@ -314,7 +313,7 @@ func hostileCases() []hostileCase {
 		{
 			name: "subsystems link whose name has an escape sequence",
 			bug:  "BUG-1 configfs.links drops link names it cannot represent (checkName) without setting Port.Err: the port looks complete, the engine rebinds it and the hidden link keeps the port enabled, so the rebind cannot work",
-			make: func(t *testing.T, k *configfstest.Kernel) map[string]string {
+			make: func(t *testing.T, k *fakeKernel) map[string]string {
 				symlink(t, "../../../../nvmet/subsystems/"+hNQNB, port1(k, "subsystems", "\x1b[2J"))
 				return nil
 			},
@@ -322,7 +321,7 @@ func hostileCases() []hostileCase {
 		},
 		{
 			name: "port dir is a symlink to elsewhere",
-			make: func(t *testing.T, k *configfstest.Kernel) map[string]string {
+			make: func(t *testing.T, k *fakeKernel) map[string]string {
 				out := outsidePort(t)
 				symlink(t, out, filepath.Join(k.Root, "nvmet/ports/7"))
 				symlink(t, filepath.Join(k.Root, "nvmet/subsystems", hNQNA), filepath.Join(out, "subsystems", hNQNA))
@@ -332,7 +331,7 @@ func hostileCases() []hostileCase {
 		},
 		{
 			name: "port names with newline, escape, DEL",
-			make: func(t *testing.T, k *configfstest.Kernel) map[string]string {
+			make: func(t *testing.T, k *fakeKernel) map[string]string {
 				for _, n := range []string{"8\n9", "\x1b]0;x\x07", "1\x7f", "\t"} {
 					d := filepath.Join(k.Root, "nvmet/ports", n)
 					for a, v := range map[string]string{"addr_trtype": "rdma", "addr_adrfam": "ipv4", "addr_traddr": "192.0.2.1", "addr_trsvcid": "4440"} {
@@ -346,7 +345,7 @@ func hostileCases() []hostileCase {
 		},
 		{
 			name: "port named ... (dots, not ..)",
-			make: func(t *testing.T, k *configfstest.Kernel) map[string]string {
+			make: func(t *testing.T, k *fakeKernel) map[string]string {
 				d := filepath.Join(k.Root, "nvmet/ports", "...")
 				put(t, filepath.Join(d, "addr_trtype"), "tcp")
 				if err := os.MkdirAll(filepath.Join(d, "subsystems"), 0o755); err != nil {
@@ -375,7 +374,7 @@ func hostileCases() []hostileCase {
 		iser("1 MiB", huge, "larger than"),
 		{
 			name: "np name with a newline",
-			make: func(t *testing.T, k *configfstest.Kernel) map[string]string {
+			make: func(t *testing.T, k *fakeKernel) map[string]string {
 				portalDir(t, k.Root, hIQN, "tpgt_1", "192.0.2.1:3260\n", "1")
 				return nil
 			},
@@ -383,7 +382,7 @@ func hostileCases() []hostileCase {
 		},
 		{
 			name: "np dir is a symlink to elsewhere",
-			make: func(t *testing.T, k *configfstest.Kernel) map[string]string {
+			make: func(t *testing.T, k *fakeKernel) map[string]string {
 				out := t.TempDir()
 				put(t, filepath.Join(out, "iser"), "1")
 				symlink(t, out, filepath.Join(k.Root, "target/iscsi", hIQN, "tpgt_1/np/192.0.2.1:3260"))
@@ -394,7 +393,7 @@ func hostileCases() []hostileCase {
 		{
 			name: "target dir is a symlink to elsewhere",
 			bug:  "BUG-2 configfs.Portals follows a symlinked target/tpgt directory out of the root (only the np dir itself is Lstat-ed): SetISER then writes outside the configfs root",
-			make: func(t *testing.T, k *configfstest.Kernel) map[string]string {
+			make: func(t *testing.T, k *fakeKernel) map[string]string {
 				out := t.TempDir()
 				put(t, filepath.Join(out, "tpgt_1/np/192.0.2.1:3260/iser"), "1")
 				symlink(t, out, filepath.Join(k.Root, "target/iscsi", hIQN))
@@ -405,7 +404,7 @@ func hostileCases() []hostileCase {
 		{
 			name: "tpgt dir is a symlink to elsewhere",
 			bug:  "BUG-2 configfs.Portals follows a symlinked target/tpgt directory out of the root (only the np dir itself is Lstat-ed): SetISER then writes outside the configfs root",
-			make: func(t *testing.T, k *configfstest.Kernel) map[string]string {
+			make: func(t *testing.T, k *fakeKernel) map[string]string {
 				out := t.TempDir()
 				put(t, filepath.Join(out, "np/192.0.2.1:3260/iser"), "1")
 				symlink(t, out, filepath.Join(k.Root, "target/iscsi", hIQN, "tpgt_1"))
@@ -416,7 +415,7 @@ func hostileCases() []hostileCase {
 		{
 			name: "a regular file where a target dir should be",
 			bug:  "BUG-3 one unreadable LIO directory (ENOTDIR) makes Portals, and so Observe and the whole Reconcile, fail: no nvmet port or other portal is healed",
-			make: func(t *testing.T, k *configfstest.Kernel) map[string]string {
+			make: func(t *testing.T, k *fakeKernel) map[string]string {
 				put(t, filepath.Join(k.Root, "target/iscsi", hIQN), "not a directory")
 				return nil
 			},
@@ -425,7 +424,7 @@ func hostileCases() []hostileCase {
 		{
 			name: "a regular file where np/ should be",
 			bug:  "BUG-3 one unreadable LIO directory (ENOTDIR) makes Portals, and so Observe and the whole Reconcile, fail: no nvmet port or other portal is healed",
-			make: func(t *testing.T, k *configfstest.Kernel) map[string]string {
+			make: func(t *testing.T, k *fakeKernel) map[string]string {
 				put(t, filepath.Join(k.Root, "target/iscsi", hIQN, "tpgt_1/np"), "not a directory")
 				return nil
 			},

@@ -6,16 +6,15 @@ import (
 	"testing"
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
-	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
 )
 
 // bigWorld builds n nvmet ports (1–8 subsystems each) and n LIO portals on
 // n addresses of rxe0/veth0, all listening.
-func bigWorld(b *testing.B, n int) *configfstest.Kernel {
+func bigWorld(b *testing.B, n int) *fakeKernel {
 	b.Helper()
-	k := configfstest.NewAt(stateDir(b)) // tmpfs when there is one
+	k := newFakeKernelAt(stateDir(b)) // tmpfs when there is one
 	k.AddDevice("rxe0", 1, "veth0")
 	k.AddDevice("rxe1", 2, "veth1") // 1% of the addresses: the device that resets
 	for s := 0; s < 8; s++ {
@@ -46,7 +45,7 @@ func bigWorld(b *testing.B, n int) *configfstest.Kernel {
 	return k
 }
 
-func benchEngine(b *testing.B, k *configfstest.Kernel) *rebind.Engine {
+func benchEngine(b *testing.B, k *fakeKernel) *rebind.Engine {
 	j, err := state.Open(stateDir(b))
 	if err != nil {
 		b.Fatal(err)

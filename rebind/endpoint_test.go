@@ -13,7 +13,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
-	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
@@ -24,7 +23,7 @@ import (
 // below prove nothing: one shared iSER np per address:port that a toggle of
 // one sharer re-attaches to while dead, and listeners bound to a device.
 func TestFakeModelsSharedNPAndStrandedListeners(t *testing.T) {
-	k := configfstest.New(t)
+	k := newFakeKernel(t)
 	k.AddAddr("veth0", "192.0.2.1")
 	k.AddDevice("rxe0", 1, "veth0")
 	admin := configfs.NewWithOps(k.Root, k.Admin())
@@ -339,8 +338,8 @@ func TestPlanRechecksAfterEvent(t *testing.T) {
 
 // sharedWorld: rxe0 on veth0, 192.0.2.1 on veth0 and n targets, each with
 // tpgt_1/np/192.0.2.1:3260 iser=1, plus a target on its own :3261.
-func sharedWorld(t testing.TB, n int) (*configfstest.Kernel, []string, string) {
-	k := configfstest.New(t)
+func sharedWorld(t testing.TB, n int) (*fakeKernel, []string, string) {
+	k := newFakeKernel(t)
 	k.AddAddr("veth0", "192.0.2.1")
 	k.AddDevice("rxe0", 0x11, "veth0")
 	admin := configfs.NewWithOps(k.Root, k.Admin())
@@ -362,7 +361,7 @@ func sharedWorld(t testing.TB, n int) (*configfstest.Kernel, []string, string) {
 	return k, ids, own
 }
 
-func sharedEngine(t testing.TB, k *configfstest.Kernel, clk *clock, fault func(string) bool, dir string) *rebind.Engine {
+func sharedEngine(t testing.TB, k *fakeKernel, clk *clock, fault func(string) bool, dir string) *rebind.Engine {
 	j, err := state.Open(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -486,7 +485,7 @@ func TestSharedPortalCrashAnywhere(t *testing.T) {
 }
 
 func TestVLANAndMacvlanAddressesHeal(t *testing.T) {
-	k := configfstest.New(t)
+	k := newFakeKernel(t)
 	k.AddNetdev("veth0")
 	k.AddUpper("veth0.100", "veth0")
 	k.AddUpper("mv0", "veth0")
@@ -534,7 +533,7 @@ func TestVLANAndMacvlanAddressesHeal(t *testing.T) {
 func TestStrandedListenerIsRebound(t *testing.T) {
 	for _, pin := range []bool{false, true} {
 		t.Run(fmt.Sprintf("pin_device=%v", pin), func(t *testing.T) {
-			k := configfstest.New(t)
+			k := newFakeKernel(t)
 			k.AddAddr("veth0", "192.0.2.3")
 			k.AddAddr("veth2", "192.0.2.9")
 			k.AddDevice("rxe0", 0x11, "veth0")
@@ -598,7 +597,7 @@ func TestStrandedListenerIsRebound(t *testing.T) {
 
 // A manual rebind goes through graces and backoff.
 func TestRetryForcesStrandedHeal(t *testing.T) {
-	k := configfstest.New(t)
+	k := newFakeKernel(t)
 	k.AddAddr("veth0", "192.0.2.3")
 	k.AddAddr("veth2", "192.0.2.9")
 	k.AddDevice("rxe0", 0x11, "veth0")

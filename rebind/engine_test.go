@@ -32,7 +32,7 @@ func newClock() *clock                   { return &clock{t: time.Date(2026, 1, 1
 // a LIO portal 192.0.2.1:3260 with iser=1 — all listening.
 type world struct {
 	t     *testing.T
-	k     *configfstest.Kernel
+	k     *fakeKernel
 	clk   *clock
 	state string
 	cfg   rebind.Config
@@ -41,7 +41,7 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	k := configfstest.New(t)
+	k := newFakeKernel(t)
 	k.AddAddr("veth0", "192.0.2.1")
 	k.AddAddr("veth0", "2001:db8::1")
 	k.AddDevice("rxe0", 0x80dd69fffe0d1e0b, "veth0")
@@ -529,7 +529,7 @@ func TestNoRebindWhileTheSameDeviceIsStillRegistered(t *testing.T) {
 	e := w.engine()
 	w.reconcile(e) // alive on rxe0, index 0
 	w.k.KillListener("nvmet_rdma", "1")
-	w.k.KillListener("ib_isert", portal)
+	w.k.KillListener("ib_isert", "192.0.2.1:3260") // the listener of the portal's np
 	items := w.reconcile(e)
 	if log := w.k.LogStrings(); len(log) != 0 {
 		t.Fatalf("wrote while the device is being removed: %q", log)

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma/rdmatest"
 )
 
 var errAddrNotAvail = syscall.EADDRNOTAVAIL
@@ -45,3 +48,22 @@ func stateDir(tb testing.TB) string {
 	}
 	return tb.TempDir()
 }
+
+// fakeKernel is the tests' fake kernel: the configfs tree
+// (configfstest.Fake) binding its listeners through the RDMA side
+// (rdmatest.Kernel, also the engine's rebind.Kernel).
+type fakeKernel struct {
+	*configfstest.Fake
+	*rdmatest.Kernel
+}
+
+func newFakeKernel(tb interface{ TempDir() string }) *fakeKernel {
+	return newFakeKernelAt(tb.TempDir())
+}
+
+func newFakeKernelAt(root string) *fakeKernel {
+	r := rdmatest.New()
+	return &fakeKernel{configfstest.NewAt(root, r), r}
+}
+
+func (k *fakeKernel) String() string { return k.Fake.String() + " | " + k.Kernel.String() }

@@ -21,7 +21,7 @@ import (
 func BenchmarkEventToFirstWrite(b *testing.B) {
 	for _, burst := range []int{1, 100} {
 		b.Run(map[int]string{1: "single", 100: "burst=100"}[burst], func(b *testing.B) {
-			k := configfstest.New(b)
+			k := newFakeKernel(b)
 			k.AddAddr("veth0", "192.0.2.1")
 			k.AddDevice("rxe0", 1, "veth0")
 			k.AddSubsystem("nqn.a")

@@ -44,7 +44,7 @@ type shape struct {
 // newShapeWorld builds a listening target of the given shape.
 func newShapeWorld(t *testing.T, s shape) *world {
 	t.Helper()
-	k := configfstest.New(t)
+	k := newFakeKernel(t)
 	k.AddAddr("veth0", "192.0.2.1")
 	k.AddAddr("veth0", "2001:db8::1")
 	k.AddDevice("rxe0", rxeGUID, "veth0")

@@ -19,6 +19,7 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma/rdmatest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
 )
 
@@ -261,7 +262,7 @@ func TestUeventStormHealsReset(t *testing.T) {
 	const nqn = "nqn.2024-01.lab:a"
 	const iqn = "iqn.2024-01.lab:t"
 	const portal = iqn + "/tpgt_1/192.0.2.1:3260"
-	k := configfstest.New(t)
+	k := newFakeKernel(t)
 	k.AddAddr("veth0", "192.0.2.1")
 	k.AddDevice("rxe0", 0x80dd69fffe0d1e0b, "veth0")
 	k.AddSubsystem(nqn)
@@ -348,3 +349,18 @@ func TestUeventStormHealsReset(t *testing.T) {
 		t.Errorf("journal left: %v %v", m, bad)
 	}
 }
+
+// fakeKernel is the tests' fake kernel: the configfs tree
+// (configfstest.Fake) binding its listeners through the RDMA side
+// (rdmatest.Kernel, also the engine's rebind.Kernel).
+type fakeKernel struct {
+	*configfstest.Fake
+	*rdmatest.Kernel
+}
+
+func newFakeKernel(tb interface{ TempDir() string }) *fakeKernel {
+	r := rdmatest.New()
+	return &fakeKernel{configfstest.New(tb, r), r}
+}
+
+func (k *fakeKernel) String() string { return k.Fake.String() + " | " + k.Kernel.String() }

@@ -1,30 +1,31 @@
-// Package configfstest is a fake kernel for tests: a configfs tree in a
-// temporary directory whose writes behave like the real nvmet and LIO code
-// (see KERNEL.md), and the RDMA devices, addresses and rdma_cm listeners
-// behind it.
+// Package configfstest is a fake configfs for tests: the nvmet and LIO
+// trees in a temporary directory, whose writes behave like the kernel's
+// nvmet and LIO code (KERNEL.md), and an ordered log of every write the
+// code under test makes, for tests to assert on.
 //
-// What it models, because the engine depends on it:
+// It is only the configfs side of the kernel. Where an address binds, and
+// whether a listener is still alive, it asks an injected Binder: the RDMA
+// side (rdmatest.Kernel in this project's tests). What it models, because
+// the engine depends on it:
 //   - the first subsystem link enables an nvmet port (the transport binds
 //     and listens); unlinking the last one disables it;
-//   - a bind is refused with EADDRNOTAVAIL when no netdev holds the address
-//     and ENODEV when the netdev has no RDMA device, and the refused link or
-//     iser=1 leaves nothing behind;
-//   - addr_* writes fail with EACCES while the port is enabled;
-//   - removing an RDMA device destroys its address-bound listeners and
-//     changes nothing in configfs (links stay, iser keeps reading 1);
-//   - wildcard listeners re-appear on every device added later;
-//   - removing an address does not touch listeners; a listener stays on
-//     the device it was bound on when its address moves (stranded);
-//   - a bind goes to the RDMA device whose GID table holds the address on
-//     the address's netdev: the device's own netdev and its uppers (VLAN,
-//     macvlan, bond: AddUpper); the table can be held empty for a moment
-//     after a device appears (HoldGIDs, FillGIDs);
-//   - one iSER listener (np) per address:port is shared by every portal
-//     with iser=1 on it: iser=1 re-attaches to an existing np even when its
-//     listener is dead, and the np goes only when every sharer is at 0;
-//   - two nvmet ports cannot listen on one address:port (EADDRINUSE).
+//   - a bind the Binder refuses (EADDRNOTAVAIL: no netdev holds the
+//     address, ENODEV: no RDMA device carries it) refuses the link or the
+//     iser=1, and the refused write leaves nothing behind;
+//   - addr_* and param_* writes fail with EACCES while the port is enabled;
+//   - the kernel never changes configfs by itself: a dead listener leaves
+//     its links in place and iser reading 1;
+//   - one iSER listener (LIO's np) per address:port is shared by every
+//     portal with iser=1 on it: iser=1 re-attaches to an existing np even
+//     when its listener is dead, and the np (with its listener) goes only
+//     when every sharer is back at 0 or removed;
+//   - two nvmet ports cannot listen on one address:port (EADDRINUSE);
+//   - directories list in creation order, like configfs.
 //
-// Every write is appended to an ordered log that tests assert on.
+// Tests set the tree up as an administrator would (AddSubsystem, AddPort,
+// AddPortal, Admin, RemovePort, RemovePortal), fail the code's writes
+// (Fault) or change the tree between its reads (ReadDirHook), and ask
+// whether a port or portal listens (Listening, ListeningOn).
 package configfstest
 
 import (
@@ -41,8 +42,27 @@ import (
 	"syscall"
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
 )
+
+// The owners the Fake binds listeners for, as the cm_id table names them.
+const (
+	NVMET = "nvmet_rdma" // an nvmet port's listener; its id is the port id
+	ISER  = "ib_isert"   // an iSER np's listener; its id is the np's address:port
+)
+
+// Binder is the RDMA side of the kernel as the nvmet and LIO code use it
+// (rdma_cm): rdmatest.Kernel implements it.
+type Binder interface {
+	// Bind creates listener id of owner on addr (rdma_bind_addr and
+	// rdma_listen), or returns the errno the bind is refused with.
+	Bind(owner, id string, addr netip.AddrPort) error
+	// Unbind destroys the listener (rdma_destroy_id); one that is already
+	// gone is no error.
+	Unbind(owner, id string)
+	// Bound reports whether the listener is alive and the device it is
+	// bound to ("" for a wildcard address).
+	Bound(owner, id string) (dev string, ok bool)
+}
 
 // Write is one write the code under test made through Ops.
 type Write struct {
@@ -63,76 +83,45 @@ func (w Write) String() string {
 	return s
 }
 
-type listenerKey struct {
-	owner string // "nvmet_rdma" or "ib_isert"
-	id    string // port id or portal id
-}
-
-type listener struct {
-	addr netip.AddrPort
-	dev  string // "" for wildcard
-}
-
 // np is LIO's iscsi_np of the iSER transport: one per address:port,
-// reference-counted by the portals with iser=1.
+// reference-counted by the portals with iser=1. Its listener is the
+// Binder's (ISER, address:port); it may be dead while the np stays.
 type np struct {
-	listener
-	alive bool            // its rdma_cm listener exists
-	refs  map[string]bool // portal ids
+	refs map[string]bool // portal ids
 }
 
-type device struct {
-	index     uint32
-	name      string
-	guid      uint64
-	netdev    string
-	cmidn     uint32
-	gidsReady bool
-}
-
-// Kernel is the fake kernel. Its zero value is not usable; use New.
-type Kernel struct {
+// Fake is the fake configfs. Its zero value is not usable; use New.
+type Fake struct {
 	Root string // the configfs root, a temporary directory
 
-	mu        sync.Mutex
-	order     map[string][]string // dir → children in creation order
-	log       []Write
-	devs      []*device
-	nextIndex uint32
-	addrs     map[string][]netip.Addr // netdev → addresses
-	ifindex   map[string]int
-	lower     map[string]string        // upper netdev → the netdev under it
-	listen    map[listenerKey]listener // nvmet ports
-	nps       map[netip.AddrPort]*np   // iSER nps
-	// HoldGIDs makes devices added later start with an empty GID table
-	// until FillGIDs, as the kernel fills it a moment after the device.
-	HoldGIDs bool
-	// Fault, when set, is called before every Ops call with the index of
-	// the write (0-based) and may fail it (return an error) — the write is
-	// then not performed.
+	bind    Binder
+	mu      sync.Mutex
+	order   map[string][]string // dir → children in creation order
+	log     []Write
+	enabled map[string]netip.AddrPort // nvmet port id → the address it bound (rdma ports with a link)
+	nps     map[netip.AddrPort]*np    // iSER nps
+
+	// Fault, when set, is called before every write of the code under test
+	// with the index of the write (0-based) and may fail it (return an
+	// error) — the write is then not performed.
 	Fault func(n int, w Write) error
-	// CMIDsErr, when set, is returned by CMIDs (e.g. rdma.ErrUnsupported).
-	CMIDsErr error
 	// ReadDirHook, when set, runs before every directory read (to let a
 	// test change the tree at a precise moment, like another tool would).
 	ReadDirHook func(dir string)
-	cmidCalls   int
 }
 
 // New makes an empty configfs tree (nvmet and target/iscsi) in a
-// temporary directory and a kernel with no devices.
-func New(tb interface{ TempDir() string }) *Kernel { return NewAt(tb.TempDir()) }
+// temporary directory, whose listeners bind through b.
+func New(tb interface{ TempDir() string }, b Binder) *Fake { return NewAt(tb.TempDir(), b) }
 
 // NewAt makes the tree under root, an empty directory (e.g. on tmpfs for
 // benchmarks).
-func NewAt(root string) *Kernel {
-	k := &Kernel{
+func NewAt(root string, b Binder) *Fake {
+	k := &Fake{
 		Root:    root,
+		bind:    b,
 		order:   map[string][]string{},
-		addrs:   map[string][]netip.Addr{},
-		ifindex: map[string]int{},
-		lower:   map[string]string{},
-		listen:  map[listenerKey]listener{},
+		enabled: map[string]netip.AddrPort{},
 		nps:     map[netip.AddrPort]*np{},
 	}
 	for _, d := range []string{"nvmet/ports", "nvmet/subsystems", "nvmet/hosts", "target/iscsi"} {
@@ -142,16 +131,16 @@ func NewAt(root string) *Kernel {
 }
 
 // FS returns a configfs.FS over the fake tree.
-func (k *Kernel) FS() *configfs.FS { return configfs.NewWithOps(k.Root, k) }
+func (k *Fake) FS() *configfs.FS { return configfs.NewWithOps(k.Root, k) }
 
-func (k *Kernel) mkdir(dir string) {
+func (k *Fake) mkdir(dir string) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		panic(err)
 	}
 	k.addChild(dir)
 }
 
-func (k *Kernel) addChild(path string) {
+func (k *Fake) addChild(path string) {
 	parent := filepath.Dir(path)
 	if !slices.Contains(k.order[parent], filepath.Base(path)) {
 		k.order[parent] = append(k.order[parent], filepath.Base(path))
@@ -161,7 +150,7 @@ func (k *Kernel) addChild(path string) {
 	}
 }
 
-func (k *Kernel) dropChild(path string) {
+func (k *Fake) dropChild(path string) {
 	parent := filepath.Dir(path)
 	k.order[parent] = slices.DeleteFunc(k.order[parent], func(s string) bool { return s == filepath.Base(path) })
 }
@@ -175,14 +164,14 @@ func writeFile(path, v string) {
 // --- the admin's side of the tree (set-up and changes during a test) ---
 
 // AddSubsystem creates nvmet/subsystems/<nqn>.
-func (k *Kernel) AddSubsystem(nqn string) {
+func (k *Fake) AddSubsystem(nqn string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.mkdir(filepath.Join(k.Root, "nvmet/subsystems", nqn))
 }
 
 // AddPort creates nvmet/ports/<id> with its addr_* attributes.
-func (k *Kernel) AddPort(id, trtype, adrfam, traddr, trsvcid string) {
+func (k *Fake) AddPort(id, trtype, adrfam, traddr, trsvcid string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	dir := filepath.Join(k.Root, "nvmet/ports", id)
@@ -194,7 +183,7 @@ func (k *Kernel) AddPort(id, trtype, adrfam, traddr, trsvcid string) {
 }
 
 // AddPortal creates target/iscsi/<iqn>/<tpg>/np/<np> with iser=0.
-func (k *Kernel) AddPortal(iqn, tpg, np string) {
+func (k *Fake) AddPortal(iqn, tpg, np string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	dir := filepath.Join(k.Root, "target/iscsi", iqn, tpg, "np", np)
@@ -204,21 +193,21 @@ func (k *Kernel) AddPortal(iqn, tpg, np string) {
 
 // Admin performs an operation as an administrator would (ln -s, rm, echo):
 // with the kernel's semantics but without being logged as the code's write.
-func (k *Kernel) Admin() configfs.Ops { return adminOps{k} }
+func (k *Fake) Admin() configfs.Ops { return adminOps{k} }
 
-type adminOps struct{ k *Kernel }
+// adminOps reads like the code under test and writes without logging.
+type adminOps struct{ *Fake }
 
-func (a adminOps) ReadDirNames(dir string) ([]string, error) { return a.k.ReadDirNames(dir) }
 func (a adminOps) Symlink(t, l string) error {
-	return a.k.do(Write{Op: "symlink", Path: l, Value: t}, false)
+	return a.do(Write{Op: "symlink", Path: l, Value: t}, false)
 }
-func (a adminOps) Remove(p string) error { return a.k.do(Write{Op: "remove", Path: p}, false) }
+func (a adminOps) Remove(p string) error { return a.do(Write{Op: "remove", Path: p}, false) }
 func (a adminOps) WriteAttr(p, v string) error {
-	return a.k.do(Write{Op: "write", Path: p, Value: v}, false)
+	return a.do(Write{Op: "write", Path: p, Value: v}, false)
 }
 
 // RemovePort removes a port as an admin must: unlink every subsystem, rmdir.
-func (k *Kernel) RemovePort(id string) error {
+func (k *Fake) RemovePort(id string) error {
 	fsys := configfs.NewWithOps(k.Root, k.Admin())
 	p, err := fsys.Port(id)
 	if err != nil {
@@ -237,7 +226,7 @@ func (k *Kernel) RemovePort(id string) error {
 }
 
 // RemovePortal removes an np as an admin would (rmdir; iser goes with it).
-func (k *Kernel) RemovePortal(id string) error {
+func (k *Fake) RemovePortal(id string) error {
 	iqn, tpg, np, err := configfs.ParsePortalID(id)
 	if err != nil {
 		return err
@@ -250,17 +239,17 @@ func (k *Kernel) RemovePortal(id string) error {
 	return os.RemoveAll(dir)
 }
 
-// --- Ops: the code under test's writes ---
+// --- Ops: the code under test's reads and writes ---
 
 // Log returns the code's writes so far, in order.
-func (k *Kernel) Log() []Write {
+func (k *Fake) Log() []Write {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return slices.Clone(k.log)
 }
 
 // LogStrings returns Log as strings, for cmp.Diff.
-func (k *Kernel) LogStrings() []string {
+func (k *Fake) LogStrings() []string {
 	var s []string
 	for _, w := range k.Log() {
 		s = append(s, w.String())
@@ -269,14 +258,14 @@ func (k *Kernel) LogStrings() []string {
 }
 
 // ResetLog forgets the writes logged so far.
-func (k *Kernel) ResetLog() {
+func (k *Fake) ResetLog() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.log = nil
 }
 
 // ReadDirNames implements configfs.Ops: creation order.
-func (k *Kernel) ReadDirNames(dir string) ([]string, error) {
+func (k *Fake) ReadDirNames(dir string) ([]string, error) {
 	if h := k.ReadDirHook; h != nil {
 		h(dir)
 	}
@@ -306,20 +295,32 @@ func (k *Kernel) ReadDirNames(dir string) ([]string, error) {
 	return append(out, rest...), nil
 }
 
+// ReadAttrs implements configfs.Ops: the tree is on disk, so the real
+// kernel's reads (configfs.OSOps) read it as they would read configfs.
+func (k *Fake) ReadAttrs(dirs, names []string) []configfs.Attrs {
+	return configfs.OSOps{}.ReadAttrs(dirs, names)
+}
+
+// Lstat implements configfs.Ops.
+func (k *Fake) Lstat(path string) (fs.FileInfo, error) { return configfs.OSOps{}.Lstat(path) }
+
+// Readlink implements configfs.Ops.
+func (k *Fake) Readlink(path string) (string, error) { return configfs.OSOps{}.Readlink(path) }
+
 // Symlink implements configfs.Ops.
-func (k *Kernel) Symlink(target, link string) error {
+func (k *Fake) Symlink(target, link string) error {
 	return k.do(Write{Op: "symlink", Path: link, Value: target}, true)
 }
 
 // Remove implements configfs.Ops.
-func (k *Kernel) Remove(path string) error { return k.do(Write{Op: "remove", Path: path}, true) }
+func (k *Fake) Remove(path string) error { return k.do(Write{Op: "remove", Path: path}, true) }
 
 // WriteAttr implements configfs.Ops.
-func (k *Kernel) WriteAttr(path, value string) error {
+func (k *Fake) WriteAttr(path, value string) error {
 	return k.do(Write{Op: "write", Path: path, Value: value}, true)
 }
 
-func (k *Kernel) rel(p string) string {
+func (k *Fake) rel(p string) string {
 	r, err := filepath.Rel(k.Root, p)
 	if err != nil || strings.HasPrefix(r, "..") {
 		return p
@@ -327,7 +328,7 @@ func (k *Kernel) rel(p string) string {
 	return r
 }
 
-func (k *Kernel) do(w Write, logged bool) error {
+func (k *Fake) do(w Write, logged bool) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	abs := filepath.Clean(w.Path)
@@ -357,7 +358,7 @@ func (k *Kernel) do(w Write, logged bool) error {
 }
 
 // portOf returns the port id when p is ports/<id>/<rest...>.
-func (k *Kernel) portOf(p string) (id string, rest []string, ok bool) {
+func (k *Fake) portOf(p string) (id string, rest []string, ok bool) {
 	r := k.rel(p)
 	parts := strings.Split(r, "/")
 	if len(parts) < 3 || parts[0] != "nvmet" || parts[1] != "ports" {
@@ -366,12 +367,12 @@ func (k *Kernel) portOf(p string) (id string, rest []string, ok bool) {
 	return parts[2], parts[3:], true
 }
 
-func (k *Kernel) portLinks(id string) int {
+func (k *Fake) portLinks(id string) int {
 	ents, _ := os.ReadDir(filepath.Join(k.Root, "nvmet/ports", id, "subsystems"))
 	return len(ents)
 }
 
-func (k *Kernel) portAddr(id string) (netip.AddrPort, error) {
+func (k *Fake) portAddr(id string) (netip.AddrPort, error) {
 	p, err := configfs.New(k.Root).Port(id)
 	if err != nil {
 		return netip.AddrPort{}, err
@@ -382,7 +383,7 @@ func (k *Kernel) portAddr(id string) (netip.AddrPort, error) {
 	return p.Addr()
 }
 
-func (k *Kernel) symlink(link, target string) error {
+func (k *Fake) symlink(link, target string) error {
 	id, rest, ok := k.portOf(link)
 	if !ok || len(rest) != 2 || rest[0] != "subsystems" {
 		return &os.LinkError{Op: "symlink", Old: target, New: link, Err: syscall.EPERM}
@@ -399,16 +400,15 @@ func (k *Kernel) symlink(link, target string) error {
 			return &os.LinkError{Op: "symlink", Old: target, New: link, Err: syscall.EINVAL}
 		}
 		if addr.IsValid() {
-			for key, l := range k.listen {
-				if key.id != id && l.addr == addr {
+			for other, a := range k.enabled {
+				if _, alive := k.bind.Bound(NVMET, other); other != id && a == addr && alive {
 					return &os.LinkError{Op: "symlink", Old: target, New: link, Err: syscall.EADDRINUSE}
 				}
 			}
-			dev, err := k.bind(addr)
-			if err != nil {
+			if err := k.bind.Bind(NVMET, id, addr); err != nil {
 				return &os.LinkError{Op: "symlink", Old: target, New: link, Err: err}
 			}
-			k.listen[listenerKey{"nvmet_rdma", id}] = listener{addr: addr, dev: dev}
+			k.enabled[id] = addr
 		}
 	}
 	// configfs stores a relative target; so does the fake.
@@ -423,7 +423,7 @@ func (k *Kernel) symlink(link, target string) error {
 	return nil
 }
 
-func (k *Kernel) remove(p string) error {
+func (k *Fake) remove(p string) error {
 	st, err := os.Lstat(p)
 	if err != nil {
 		return &fs.PathError{Op: "remove", Path: p, Err: syscall.ENOENT}
@@ -434,15 +434,16 @@ func (k *Kernel) remove(p string) error {
 			return err
 		}
 		k.dropChild(p)
-		if k.portLinks(id) == 0 {
-			delete(k.listen, listenerKey{"nvmet_rdma", id})
+		if _, on := k.enabled[id]; on && k.portLinks(id) == 0 {
+			delete(k.enabled, id)
+			k.bind.Unbind(NVMET, id)
 		}
 		return nil
 	}
 	return &fs.PathError{Op: "remove", Path: p, Err: syscall.EPERM}
 }
 
-func (k *Kernel) write(p, v string) error {
+func (k *Fake) write(p, v string) error {
 	if _, err := os.Lstat(p); err != nil {
 		return &fs.PathError{Op: "open", Path: p, Err: syscall.ENOENT}
 	}
@@ -474,11 +475,10 @@ func (k *Kernel) write(p, v string) error {
 			if n, ok := k.nps[addr]; ok {
 				n.refs[id] = true // re-attached, alive or not
 			} else {
-				dev, err := k.bind(addr)
-				if err != nil {
+				if err := k.bind.Bind(ISER, addr.String(), addr); err != nil {
 					return &fs.PathError{Op: "write", Path: p, Err: err}
 				}
-				k.nps[addr] = &np{listener: listener{addr: addr, dev: dev}, alive: true, refs: map[string]bool{id: true}}
+				k.nps[addr] = &np{refs: map[string]bool{id: true}}
 			}
 		case "0":
 			if on {
@@ -494,338 +494,67 @@ func (k *Kernel) write(p, v string) error {
 	return nil
 }
 
-// bind does what rdma_bind_addr does for a kernel ULP: it returns the
-// device that carries the address ("" for a wildcard).
-func (k *Kernel) bind(addr netip.AddrPort) (string, error) {
-	if addr.Addr().IsUnspecified() {
-		return "", nil
-	}
-	netdev := k.netdevOf(addr.Addr())
-	if netdev == "" {
-		return "", syscall.EADDRNOTAVAIL
-	}
-	if d := k.carrier(netdev); d != nil {
-		return d.name, nil
-	}
-	return "", syscall.ENODEV
-}
-
-func (k *Kernel) netdevOf(ip netip.Addr) string {
-	names := make([]string, 0, len(k.addrs))
-	for n := range k.addrs {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		if slices.Contains(k.addrs[n], ip) {
-			return n
-		}
-	}
-	return ""
-}
-
-// carrier is the first device whose GID table holds addresses of netdev:
-// the device's own netdev or one of its uppers.
-func (k *Kernel) carrier(netdev string) *device {
-	for _, d := range k.devs {
-		if d.gidsReady && k.under(netdev, d.netdev) {
-			return d
-		}
-	}
-	return nil
-}
-
-// under reports whether netdev is base or stacked on it.
-func (k *Kernel) under(netdev, base string) bool {
-	for i := 0; netdev != "" && i < 8; i++ {
-		if netdev == base {
-			return true
-		}
-		netdev = k.lower[netdev]
-	}
-	return false
-}
-
 // detach drops portal id from its np (iser=0 or rmdir); the np goes with
 // its last sharer.
-func (k *Kernel) detach(id string) {
+func (k *Fake) detach(id string) {
 	for a, n := range k.nps {
 		if n.refs[id] {
 			delete(n.refs, id)
 			if len(n.refs) == 0 {
 				delete(k.nps, a)
+				k.bind.Unbind(ISER, a.String())
 			}
 		}
 	}
 }
 
-// --- the RDMA side ---
-
-// AddNetdev creates a netdev (ip link add).
-func (k *Kernel) AddNetdev(name string) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if _, ok := k.ifindex[name]; !ok {
-		k.ifindex[name] = len(k.ifindex) + 2
-	}
-}
-
-// DelNetdev deletes a netdev with its addresses and RDMA devices.
-func (k *Kernel) DelNetdev(name string) {
-	k.mu.Lock()
-	delete(k.addrs, name)
-	delete(k.ifindex, name)
-	var gone []string
-	for _, d := range k.devs {
-		if d.netdev == name {
-			gone = append(gone, d.name)
-		}
-	}
-	k.mu.Unlock()
-	for _, g := range gone {
-		k.RemoveDevice(g)
-	}
-}
-
-// AddUpper creates netdev name stacked on lower (a VLAN, macvlan, or a
-// bond over it): addresses on it are in lower's RDMA device's GID table.
-func (k *Kernel) AddUpper(name, lower string) {
-	k.AddNetdev(name)
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.lower[name] = lower
-}
-
-// MoveAddr moves an address to another netdev; listeners stay where they
-// were bound (KERNEL.md: a stranded listener).
-func (k *Kernel) MoveAddr(from, to, ip string) {
-	k.DelAddr(from, ip)
-	k.AddAddr(to, ip)
-}
-
-// FillGIDs fills the GID table of a device added while HoldGIDs was set.
-func (k *Kernel) FillGIDs(name string) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, d := range k.devs {
-		if d.name == name {
-			d.gidsReady = true
-		}
-	}
-}
-
-// AddAddr adds an IP address to a netdev (ip addr add).
-func (k *Kernel) AddAddr(netdev, ip string) {
-	k.AddNetdev(netdev)
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.addrs[netdev] = append(k.addrs[netdev], netip.MustParseAddr(ip))
-}
-
-// DelAddr removes an IP address; listeners are not touched (KERNEL.md).
-func (k *Kernel) DelAddr(netdev, ip string) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.addrs[netdev] = slices.DeleteFunc(k.addrs[netdev], func(a netip.Addr) bool { return a == netip.MustParseAddr(ip) })
-}
-
-// AddDevice registers an RDMA device on a netdev (rdma link add). Like the
-// kernel, it gives wildcard listeners a child on the new device and
-// re-creates nothing else.
-func (k *Kernel) AddDevice(name string, guid uint64, netdev string) {
-	k.AddNetdev(netdev)
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.devs = append(k.devs, &device{index: k.nextIndex, name: name, guid: guid, netdev: netdev, gidsReady: !k.HoldGIDs})
-	k.nextIndex++
-}
-
-// RemoveDevice unregisters an RDMA device (rdma link delete, a reset): its
-// address-bound listeners are destroyed; configfs is not changed.
-func (k *Kernel) RemoveDevice(name string) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.devs = slices.DeleteFunc(k.devs, func(d *device) bool { return d.name == name })
-	for key, l := range k.listen {
-		if l.dev == name {
-			delete(k.listen, key)
-		}
-	}
-	for _, n := range k.nps {
-		if n.dev == name {
-			n.alive = false // the np stays while its sharers hold it
-		}
-	}
-}
-
-// Listening reports whether the port (owner nvmet_rdma) or portal
-// (ib_isert) with this id has a live listener.
-func (k *Kernel) Listening(owner, id string) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if owner == "ib_isert" {
-		for _, n := range k.nps {
-			if n.refs[id] {
-				return n.alive
-			}
-		}
-		return false
-	}
-	_, ok := k.listen[listenerKey{owner, id}]
+// Listening reports whether the nvmet port (owner NVMET) or LIO portal
+// (owner ISER) with this id has a live listener: the port's own, or the
+// one of the np the portal shares.
+func (k *Fake) Listening(owner, id string) bool {
+	_, ok := k.listener(owner, id)
 	return ok
 }
 
 // ListeningOn returns the device the listener of the port or portal is
 // bound to ("" when there is none or it is a wildcard).
-func (k *Kernel) ListeningOn(owner, id string) string {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if owner == "ib_isert" {
-		for _, n := range k.nps {
-			if n.refs[id] && n.alive {
-				return n.dev
-			}
-		}
-		return ""
-	}
-	return k.listen[listenerKey{owner, id}].dev
+func (k *Fake) ListeningOn(owner, id string) string {
+	dev, _ := k.listener(owner, id)
+	return dev
 }
 
-// CMIDCalls counts CMIDs calls (one dump per reconcile is the goal).
-func (k *Kernel) CMIDCalls() int {
+func (k *Fake) listener(owner, id string) (dev string, ok bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.cmidCalls
-}
-
-// Devices implements the engine's kernel view.
-func (k *Kernel) Devices() ([]rdma.Device, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	var out []rdma.Device
-	for _, d := range k.devs {
-		port := rdma.Port{Index: 1, State: rdma.PortActive, PhysState: 5, NetdevIndex: uint32(k.ifindex[d.netdev]), Netdev: d.netdev, GIDsKnown: true}
-		if d.gidsReady {
-			port.GIDs = k.gids(d)
-		}
-		out = append(out, rdma.Device{Index: d.index, Name: d.name, NodeGUID: d.guid, NodeType: 1, Protocol: "roce", Ports: []rdma.Port{port}})
+	if owner != ISER {
+		return k.bind.Bound(owner, id)
 	}
-	return out, nil
-}
-
-// gids is the RoCE GID table of d: one RoCE v2 entry per address on its
-// netdev and the netdevs stacked on it.
-func (k *Kernel) gids(d *device) []rdma.GID {
-	names := make([]string, 0, len(k.addrs))
-	for n := range k.addrs {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	var out []rdma.GID
-	for _, n := range names {
-		if !k.under(n, d.netdev) {
-			continue
-		}
-		for _, a := range k.addrs[n] {
-			out = append(out, rdma.GID{Index: uint32(len(out)), Raw: a.As16(), Netdev: n, Type: "RoCE v2"})
-		}
-	}
-	return out
-}
-
-// CMIDs implements the engine's kernel view: the LISTEN table as the
-// kernel shows it (address-bound listeners on their device with port 1,
-// wildcard listeners as a port-less child on every device).
-func (k *Kernel) CMIDs(devs []rdma.Device) ([]rdma.CMID, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.cmidCalls++
-	if k.CMIDsErr != nil {
-		return nil, k.CMIDsErr
-	}
-	var out []rdma.CMID
-	all := maps.Clone(k.listen)
 	for a, n := range k.nps {
-		if n.alive {
-			all[listenerKey{"ib_isert", a.String()}] = n.listener
+		if n.refs[id] {
+			return k.bind.Bound(ISER, a.String())
 		}
 	}
-	keys := make([]listenerKey, 0, len(all))
-	for key := range all {
-		keys = append(keys, key)
-	}
-	slices.SortFunc(keys, func(a, b listenerKey) int { return strings.Compare(a.owner+a.id, b.owner+b.id) })
-	for _, d := range k.devs {
-		for _, key := range keys {
-			l := all[key]
-			c := rdma.CMID{DevIndex: d.index, DevName: d.name, State: rdma.CMStateListen, PS: 0x106, Src: l.addr, KernName: key.owner, CMIDN: d.cmidn}
-			switch {
-			case l.dev == d.name:
-				c.Port = 1
-				c.Dst = netip.AddrPortFrom(netip.IPv4Unspecified(), 0)
-				if l.addr.Addr().Is6() {
-					c.Dst = netip.AddrPortFrom(netip.IPv6Unspecified(), 0)
-				}
-			case l.dev == "":
-			default:
-				continue
-			}
-			d.cmidn++
-			out = append(out, c)
-		}
-	}
-	return out, nil
-}
-
-// Addrs implements the engine's kernel view.
-func (k *Kernel) Addrs() ([]rdma.Addr, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	var out []rdma.Addr
-	names := make([]string, 0, len(k.addrs))
-	for n := range k.addrs {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		for _, a := range k.addrs[n] {
-			out = append(out, rdma.Addr{Ifindex: k.ifindex[n], Netdev: n, IP: a})
-		}
-	}
-	return out, nil
+	return "", false
 }
 
 // ErrInjected is what Fault functions conventionally return.
 var ErrInjected = errors.New("injected fault")
 
-// String summarises the listeners, for test failure messages.
-func (k *Kernel) String() string {
+// String summarises the enabled ports and the iSER nps, for test failure
+// messages.
+func (k *Fake) String() string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var s []string
-	for key, l := range k.listen {
-		s = append(s, fmt.Sprintf("%s %s %s on %q", key.owner, key.id, l.addr, l.dev))
+	for id, a := range k.enabled {
+		_, alive := k.bind.Bound(NVMET, id)
+		s = append(s, fmt.Sprintf("nvmet port %s on %s alive=%v", id, a, alive))
 	}
-	for _, n := range k.nps {
+	for a, n := range k.nps {
+		_, alive := k.bind.Bound(ISER, a.String())
 		ids := slices.Sorted(maps.Keys(n.refs))
-		s = append(s, fmt.Sprintf("ib_isert np %s on %q alive=%v sharers=%s", n.addr, n.dev, n.alive, strings.Join(ids, ",")))
+		s = append(s, fmt.Sprintf("iser np %s alive=%v sharers=%s", a, alive, strings.Join(ids, ",")))
 	}
 	slices.Sort(s)
 	return strings.Join(s, "; ")
-}
-
-// KillListener destroys one listener the way a device removal does for
-// it, leaving configfs alone (for benchmarks and targeted tests).
-func (k *Kernel) KillListener(owner, id string) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if owner == "ib_isert" {
-		for _, n := range k.nps {
-			if n.refs[id] {
-				n.alive = false
-			}
-		}
-		return
-	}
-	delete(k.listen, listenerKey{owner, id})
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/control"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/metrics"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma/rdmatest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/status"
 )
@@ -55,7 +56,7 @@ func (s *readOnlyStore) SavePins(map[rebind.Key]uint64) error {
 // fakeDaemon is the daemon's engine, loop and control socket over the fake
 // kernel (a real state directory and socket).
 type fakeDaemon struct {
-	k    *configfstest.Kernel
+	k    *fakeKernel
 	d    *daemon
 	sock string
 	dir  string
@@ -64,7 +65,7 @@ type fakeDaemon struct {
 
 func startFake(t *testing.T) *fakeDaemon {
 	t.Helper()
-	k := configfstest.New(t)
+	k := newFakeKernel(t)
 	k.AddAddr("veth0", "192.0.2.1")
 	k.AddDevice("rxe0", 0x11, "veth0")
 	k.AddSubsystem(nqn)
@@ -379,3 +380,18 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// fakeKernel is the tests' fake kernel: the configfs tree
+// (configfstest.Fake) binding its listeners through the RDMA side
+// (rdmatest.Kernel, also the engine's rebind.Kernel).
+type fakeKernel struct {
+	*configfstest.Fake
+	*rdmatest.Kernel
+}
+
+func newFakeKernel(tb interface{ TempDir() string }) *fakeKernel {
+	r := rdmatest.New()
+	return &fakeKernel{configfstest.New(tb, r), r}
+}
+
+func (k *fakeKernel) String() string { return k.Fake.String() + " | " + k.Kernel.String() }

@@ -14,6 +14,7 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/metrics"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma/rdmatest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
 	"github.com/nvmet-rebind/nvmet-rebind/udev"
 )
@@ -21,7 +22,7 @@ import (
 // healedEngine is an engine that has healed nvmet port 1 once.
 func healedEngine(t *testing.T) *rebind.Engine {
 	t.Helper()
-	k := configfstest.New(t)
+	k := newFakeKernel(t)
 	k.AddAddr("veth0", "192.0.2.1")
 	k.AddDevice("rxe0", 1, "veth0")
 	k.AddSubsystem("nqn.a")
@@ -55,7 +56,7 @@ var afterAHeal = []string{
 // A listener dead for more than give_up_after counts as given up (the
 // NvmetRebindGaveUp alert), and as dead.
 func TestMetricsGivenUp(t *testing.T) {
-	k := configfstest.New(t)
+	k := newFakeKernel(t)
 	k.AddAddr("veth0", "192.0.2.1")
 	k.AddDevice("rxe0", 1, "veth0")
 	k.AddSubsystem("nqn.a")
@@ -190,3 +191,18 @@ func TestCheckAddr(t *testing.T) {
 		}
 	}
 }
+
+// fakeKernel is the tests' fake kernel: the configfs tree
+// (configfstest.Fake) binding its listeners through the RDMA side
+// (rdmatest.Kernel, also the engine's rebind.Kernel).
+type fakeKernel struct {
+	*configfstest.Fake
+	*rdmatest.Kernel
+}
+
+func newFakeKernel(tb interface{ TempDir() string }) *fakeKernel {
+	r := rdmatest.New()
+	return &fakeKernel{configfstest.New(tb, r), r}
+}
+
+func (k *fakeKernel) String() string { return k.Fake.String() + " | " + k.Kernel.String() }

@@ -1,0 +1,147 @@
+package configfs
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// maxAttr bounds every attribute read: configfs attributes are at most a page.
+const maxAttr = 4096
+
+// Ops is the seam between FS and the kernel: every read and every write of
+// the tree goes through it. The real kernel is OSOps; configfstest.Fake
+// stands in for it in tests. Paths are under the FS root.
+type Ops interface {
+	// ReadDirNames lists a directory in the order its entries were created.
+	ReadDirNames(dir string) ([]string, error)
+	// ReadAttrs reads the same attributes in many directories (every
+	// port's addr_*, every np's iser), one Attrs per directory.
+	ReadAttrs(dirs, names []string) []Attrs
+	// Lstat describes path without following a final symlink.
+	Lstat(path string) (fs.FileInfo, error)
+	// Readlink returns a symlink's target as stored.
+	Readlink(path string) (string, error)
+	// Symlink creates link pointing at target (ln -s target link).
+	Symlink(target, link string) error
+	// Remove removes a symlink or an empty configfs group (unlink/rmdir).
+	Remove(path string) error
+	// WriteAttr writes an attribute in place, once (echo value > path).
+	WriteAttr(path, value string) error
+}
+
+// Attrs is what ReadAttrs found in one directory.
+type Attrs struct {
+	// Err is about the directory itself: fs.ErrNotExist when it is missing
+	// or is not a directory (a symlink is not followed). Values and Errs
+	// are then empty.
+	Err error
+	// Values are the attributes in the order asked for, read whole,
+	// bounded (an attribute larger than a page is an error) and trimmed.
+	Values []string
+	// Errs are the per-attribute errors (fs.ErrNotExist: no such attribute).
+	Errs []error
+}
+
+// OSOps is the real kernel: plain system calls on configfs. Attributes are
+// read with open/read/close only, several directories at a time: both pay
+// on large trees (BENCHMARKS.md).
+type OSOps struct{}
+
+// ReadDirNames returns entries in creation order. configfs adds a new
+// dirent at the head of its parent's list, so readdir returns the newest
+// first; reversing gives creation order.
+func (OSOps) ReadDirNames(dir string) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	slices.Reverse(names)
+	return names, nil
+}
+
+// readers bounds the directories ReadAttrs reads at a time: attribute reads
+// are system-call bound and independent (BENCHMARKS.md).
+const readers = 4
+
+// ReadAttrs implements Ops, reading up to readers directories at a time.
+func (OSOps) ReadAttrs(dirs, names []string) []Attrs {
+	out := make([]Attrs, len(dirs))
+	var next atomic.Int64
+	work := func() {
+		for i := int(next.Add(1) - 1); i < len(dirs); i = int(next.Add(1) - 1) {
+			out[i] = readAttrs(dirs[i], names)
+		}
+	}
+	var wg sync.WaitGroup
+	for range min(readers, len(dirs)) - 1 {
+		wg.Go(work)
+	}
+	work()
+	wg.Wait()
+	return out
+}
+
+func readAttrs(dir string, names []string) Attrs {
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return Attrs{Err: err}
+	}
+	if !st.IsDir() {
+		return Attrs{Err: fmt.Errorf("%s: not a directory: %w", dir, fs.ErrNotExist)}
+	}
+	a := Attrs{Values: make([]string, len(names)), Errs: make([]error, len(names))}
+	for i, n := range names {
+		a.Values[i], a.Errs[i] = readAttr(filepath.Join(dir, n))
+	}
+	return a
+}
+
+// Lstat implements Ops.
+func (OSOps) Lstat(path string) (fs.FileInfo, error) { return os.Lstat(path) }
+
+// Readlink implements Ops.
+func (OSOps) Readlink(path string) (string, error) { return os.Readlink(path) }
+
+// Symlink implements Ops.
+func (OSOps) Symlink(target, link string) error { return os.Symlink(target, link) }
+
+// Remove implements Ops.
+func (OSOps) Remove(path string) error { return os.Remove(path) }
+
+// WriteAttr implements Ops. configfs attributes take one write(2); a
+// partial write or a short count is an error.
+func (OSOps) WriteAttr(path, value string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write([]byte(value + "\n")); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// readAttr reads one attribute, bounded and trimmed. A missing attribute
+// is fs.ErrNotExist.
+func readAttr(path string) (string, error) {
+	b, err := readSmall(path, maxAttr)
+	if err != nil {
+		return "", err
+	}
+	if len(b) > maxAttr {
+		return "", fmt.Errorf("%s: attribute larger than %d bytes", path, maxAttr)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
