@@ -8,7 +8,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma/rdmatest"
 )
 
@@ -49,21 +48,9 @@ func stateDir(tb testing.TB) string {
 	return tb.TempDir()
 }
 
-// fakeKernel is the tests' fake kernel: the configfs tree
-// (configfstest.Fake) binding its listeners through the RDMA side
-// (rdmatest.Kernel, also the engine's rebind.Kernel).
-type fakeKernel struct {
-	*configfstest.Fake
-	*rdmatest.Kernel
-}
+// fakeKernel is the tests' fake kernel: both fakes wired together.
+type fakeKernel = rdmatest.System
 
-func newFakeKernel(tb interface{ TempDir() string }) *fakeKernel {
-	return newFakeKernelAt(tb.TempDir())
-}
+var newFakeKernel = rdmatest.NewSystem
 
-func newFakeKernelAt(root string) *fakeKernel {
-	r := rdmatest.New()
-	return &fakeKernel{configfstest.NewAt(root, r), r}
-}
-
-func (k *fakeKernel) String() string { return k.Fake.String() + " | " + k.Kernel.String() }
+var newFakeKernelAt = rdmatest.NewSystemAt

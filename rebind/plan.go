@@ -431,14 +431,15 @@ func Plan(obs Observed, mem Memory, cfg Config) Planned {
 			declared[Key{d.Kind, d.ID}] = d
 		}
 	}
-	for _, port := range obs.Ports {
-		it, ok := classifyPort(port, obs, cfg, v)
+	// add records an object's status and, when eligible, joins it to its
+	// endpoint with its journal entry and saved-config declaration.
+	add := func(it Item, ok bool, h holder) {
 		seen[it.Key] = true
 		p.Items = append(p.Items, it)
 		if !ok {
-			continue
+			return
 		}
-		h := holder{item: len(p.Items) - 1, port: port}
+		h.item = len(p.Items) - 1
 		if in, ok := obs.Journal[it.Key]; ok {
 			h.intent = &in
 		}
@@ -447,21 +448,13 @@ func Plan(obs Observed, mem Memory, cfg Config) Planned {
 		}
 		join(h, it.Endpoint)
 	}
+	for _, port := range obs.Ports {
+		it, ok := classifyPort(port, obs, cfg, v)
+		add(it, ok, holder{port: port})
+	}
 	for _, portal := range obs.Portals {
 		it, ok := classifyPortal(portal, obs, cfg, v)
-		seen[it.Key] = true
-		p.Items = append(p.Items, it)
-		if !ok {
-			continue
-		}
-		h := holder{item: len(p.Items) - 1, portal: portal}
-		if in, ok := obs.Journal[it.Key]; ok {
-			h.intent = &in
-		}
-		if d := declared[it.Key]; d != nil && d.Addr == it.Endpoint.Addr {
-			h.boot = d
-		}
-		join(h, it.Endpoint)
+		add(it, ok, holder{portal: portal})
 	}
 	// Saved configs naming objects configfs does not have: reported only.
 	for _, d := range obs.Declared {

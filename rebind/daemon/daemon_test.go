@@ -381,17 +381,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// fakeKernel is the tests' fake kernel: the configfs tree
-// (configfstest.Fake) binding its listeners through the RDMA side
-// (rdmatest.Kernel, also the engine's rebind.Kernel).
-type fakeKernel struct {
-	*configfstest.Fake
-	*rdmatest.Kernel
-}
+// fakeKernel is the tests' fake kernel: both fakes wired together.
+type fakeKernel = rdmatest.System
 
-func newFakeKernel(tb interface{ TempDir() string }) *fakeKernel {
-	r := rdmatest.New()
-	return &fakeKernel{configfstest.New(tb, r), r}
-}
-
-func (k *fakeKernel) String() string { return k.Fake.String() + " | " + k.Kernel.String() }
+var newFakeKernel = rdmatest.NewSystem

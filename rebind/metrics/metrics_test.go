@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
-	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/metrics"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma/rdmatest"
@@ -192,17 +191,7 @@ func TestCheckAddr(t *testing.T) {
 	}
 }
 
-// fakeKernel is the tests' fake kernel: the configfs tree
-// (configfstest.Fake) binding its listeners through the RDMA side
-// (rdmatest.Kernel, also the engine's rebind.Kernel).
-type fakeKernel struct {
-	*configfstest.Fake
-	*rdmatest.Kernel
-}
+// fakeKernel is the tests' fake kernel: both fakes wired together.
+type fakeKernel = rdmatest.System
 
-func newFakeKernel(tb interface{ TempDir() string }) *fakeKernel {
-	r := rdmatest.New()
-	return &fakeKernel{configfstest.New(tb, r), r}
-}
-
-func (k *fakeKernel) String() string { return k.Fake.String() + " | " + k.Kernel.String() }
+var newFakeKernel = rdmatest.NewSystem
