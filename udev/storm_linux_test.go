@@ -350,6 +350,5 @@ func TestUeventStormHealsReset(t *testing.T) {
 }
 
 // fakeKernel is the tests' fake kernel: both fakes wired together.
-type fakeKernel = rdmatest.System
 
 var newFakeKernel = rdmatest.NewSystem

@@ -192,6 +192,5 @@ func TestCheckAddr(t *testing.T) {
 }
 
 // fakeKernel is the tests' fake kernel: both fakes wired together.
-type fakeKernel = rdmatest.System
 
 var newFakeKernel = rdmatest.NewSystem
