@@ -349,6 +349,5 @@ func TestUeventStormHealsReset(t *testing.T) {
 	}
 }
 
-// fakeKernel is the tests' fake kernel: both fakes wired together.
-
+// newFakeKernel is the tests' fake kernel: both fakes wired together.
 var newFakeKernel = rdmatest.NewSystem

@@ -191,6 +191,5 @@ func TestCheckAddr(t *testing.T) {
 	}
 }
 
-// fakeKernel is the tests' fake kernel: both fakes wired together.
-
+// newFakeKernel is the tests' fake kernel: both fakes wired together.
 var newFakeKernel = rdmatest.NewSystem
