@@ -297,9 +297,8 @@ type EndpointState struct {
 	Keys     []Key
 	State    State
 	Expected bool
-	DevIndex uint32 // RDMA device of the LISTEN entry (StateListening)
+	DevIndex uint32 // RDMA device of the LISTEN entry (listening or stranded)
 	GUID     uint64 // node GUID of that device
-	// Stranded on a device; StrandedSince is kept in DeadSince.
 }
 
 // Planned is the result of Plan.
@@ -595,6 +594,7 @@ func planEndpoint(p *Planned, g *group, obs Observed, mem Memory, cfg Config, v 
 		expected, h = planPortals(g, st, obs)
 	}
 	h.Endpoint = ep
+	h.Keys = stepKeys(h.Steps)
 	es := EndpointState{Endpoint: ep, State: st, Expected: expected}
 	if !expected && st != StateListening {
 		es.State = StateNone
@@ -638,11 +638,9 @@ func planEndpoint(p *Planned, g *group, obs Observed, mem Memory, cfg Config, v 
 		if h.Reason != "" {
 			reason = h.Reason + "; " + reason
 		}
-		why, at, ok := gate(ep, g, st, entry, obs, mem, cfg, c, p.Items)
-		if !ok {
-			reason += "; " + why
-			retryAt = at
-			gaveUp = strings.HasPrefix(why, reasonGaveUp)
+		if w := gate(ep, g, st, entry, obs, mem, cfg, c, p.Items); w != nil {
+			reason += "; " + w.why
+			retryAt, gaveUp = w.until, w.gaveUp
 			h = Heal{}
 		}
 	}
@@ -660,9 +658,6 @@ func planEndpoint(p *Planned, g *group, obs Observed, mem Memory, cfg Config, v 
 		it.Expected = expected
 		if sharers > 1 && ep.Kind == KindLIO {
 			it.Reason += fmt.Sprintf(" (iSER listener shared by %d portals)", sharers)
-		}
-		if hd.port.ID != "" && st == StateNone && len(hd.port.Links) == 0 && !obs.LinksUnread[hd.port.ID] {
-			it.Expected = false
 		}
 		if hd.boot != nil && hd.boot.Kind == KindNvmet {
 			var absent []string
@@ -703,6 +698,19 @@ func planEndpoint(p *Planned, g *group, obs Observed, mem Memory, cfg Config, v 
 			}
 		}
 	}
+}
+
+// stepKeys lists the objects the steps write, in order of first write.
+func stepKeys(steps []Step) []Key {
+	var keys []Key
+	seen := map[Key]bool{}
+	for _, s := range steps {
+		if !seen[s.Key] {
+			seen[s.Key] = true
+			keys = append(keys, s.Key)
+		}
+	}
+	return keys
 }
 
 // sharing says whether a holder holds the endpoint's listener: every nvmet
@@ -782,13 +790,9 @@ func planPorts(g *group, st State, obs Observed) (bool, Heal) {
 				for _, l := range present {
 					unlinks = append(unlinks, Step{Op: OpUnlink, Key: k, Link: l})
 				}
-				for _, l := range all {
-					links = append(links, Step{Op: OpLink, Key: k, Link: l})
-				}
-			} else {
-				for _, l := range all {
-					links = append(links, Step{Op: OpLink, Key: k, Link: l})
-				}
+			}
+			for _, l := range all {
+				links = append(links, Step{Op: OpLink, Key: k, Link: l})
 			}
 			if len(present) > 0 || hd.intent != nil {
 				deletes = append(deletes, Step{Op: OpJournalDelete, Key: k})
@@ -831,11 +835,6 @@ func planPorts(g *group, st State, obs Observed) (bool, Heal) {
 		h.Action = ActDropJournal
 	}
 	h.Steps = slices.Concat(journalPuts, unlinks, links, deletes)
-	for _, s := range h.Steps {
-		if !slices.Contains(h.Keys, s.Key) {
-			h.Keys = append(h.Keys, s.Key)
-		}
-	}
 	if len(h.Steps) == 0 {
 		h.Action = ActNone
 	}
@@ -880,7 +879,7 @@ func planPortals(g *group, st State, obs Observed) (bool, Heal) {
 			steps = append(steps, Step{Op: OpSetISER, Key: key(hd), On: false})
 		}
 		for _, hd := range g.holders { // configfs order
-			if hd.portal.ISER || hd.intent != nil || hd.boot != nil {
+			if sharing(hd) {
 				steps = append(steps, Step{Op: OpSetISER, Key: key(hd), On: true})
 			}
 		}
@@ -917,36 +916,36 @@ func planPortals(g *group, st State, obs Observed) (bool, Heal) {
 		}
 	}
 	h.Steps = steps
-	for _, s := range steps {
-		if !slices.Contains(h.Keys, s.Key) {
-			h.Keys = append(h.Keys, s.Key)
-		}
-	}
 	return expected, h
 }
 
-// reasonGaveUp starts gate's answer when the give-up timer ran out (Item.GaveUp).
-const reasonGaveUp = "gave up: "
+// hold is why gate holds a heal back: rendered in Reason, and when to
+// look again (zero: at the next event or resync).
+type hold struct {
+	why    string
+	until  time.Time
+	gaveUp bool // the give-up timer ran out (Item.GaveUp, a metric)
+}
 
 // gate applies the conditions shared by every heal: the address is carried
 // by an RDMA device, the give-up timer, the removal and repair graces,
-// pinning and backoff. It returns why not, and when to look again.
-func gate(ep Endpoint, g *group, st State, entry rdma.CMID, obs Observed, mem Memory, cfg Config, c carrier, items []Item) (string, time.Time, bool) {
+// pinning and backoff. It returns nil when the heal may run now.
+func gate(ep Endpoint, g *group, st State, entry rdma.CMID, obs Observed, mem Memory, cfg Config, c carrier, items []Item) *hold {
 	now := obs.Now
 	switch {
 	case obs.AddrsErr != nil:
-		return fmt.Sprintf("waiting: addresses unknown (%v)", obs.AddrsErr), time.Time{}, false
+		return &hold{why: fmt.Sprintf("waiting: addresses unknown (%v)", obs.AddrsErr)}
 	case !c.has:
-		return fmt.Sprintf("waiting for %s to appear on a netdev", ep.Addr.Addr()), time.Time{}, false
+		return &hold{why: fmt.Sprintf("waiting for %s to appear on a netdev", ep.Addr.Addr())}
 	case !c.hasDev:
-		return fmt.Sprintf("waiting for an RDMA device to carry %s on %s (no GID table entry yet)", ep.Addr.Addr(), c.addr.Netdev), recheck(obs), false
+		return &hold{why: fmt.Sprintf("waiting for an RDMA device to carry %s on %s (no GID table entry yet)", ep.Addr.Addr(), c.addr.Netdev), until: recheck(obs)}
 	}
 	if st == StateStranded && cfg.PinDevice {
-		return fmt.Sprintf("pin_device = true: left on %s", entry.DevName), time.Time{}, false
+		return &hold{why: fmt.Sprintf("pin_device = true: left on %s", entry.DevName)}
 	}
 	for _, hd := range g.holders {
 		if mem.Forced[items[hd.item].Key] {
-			return "", time.Time{}, true
+			return nil
 		}
 	}
 	since, ok := mem.DeadSince[ep]
@@ -955,33 +954,33 @@ func gate(ep Endpoint, g *group, st State, entry rdma.CMID, obs Observed, mem Me
 	}
 	if st == StateDead || st == StateStranded {
 		if cfg.GiveUpAfter > 0 && now.Sub(since) >= cfg.GiveUpAfter {
-			return fmt.Sprintf(reasonGaveUp+"dead for more than give_up_after=%v (run `nvmet-rebind rebind %s` or reload to try again)", cfg.GiveUpAfter, items[g.holders[0].item].ID), time.Time{}, false
+			return &hold{why: fmt.Sprintf("gave up: dead for more than give_up_after=%v (run `nvmet-rebind rebind %s` or reload to try again)", cfg.GiveUpAfter, items[g.holders[0].item].ID), gaveUp: true}
 		}
 	}
 	if st == StateDead {
 		if idx, ok := mem.AliveOn[ep]; ok && idx == c.dev.Index+1 {
 			if until := since.Add(removalGrace); now.Before(until) {
-				return fmt.Sprintf("waiting: %s (index %d) that it listened on is still registered, its removal is probably in progress", c.dev.Name, c.dev.Index), until, false
+				return &hold{why: fmt.Sprintf("waiting: %s (index %d) that it listened on is still registered, its removal is probably in progress", c.dev.Name, c.dev.Index), until: until}
 			}
 		}
 	}
 	if st == StateStranded {
 		if until := since.Add(strandedGrace); now.Before(until) {
-			return fmt.Sprintf("waiting until %s for the kernel's own repair", until.Format(time.TimeOnly+".000")), until, false
+			return &hold{why: fmt.Sprintf("waiting until %s for the kernel's own repair", until.Format(time.TimeOnly+".000")), until: until}
 		}
 	}
 	if cfg.PinDevice {
 		for _, hd := range g.holders {
 			k := items[hd.item].Key
 			if pin, ok := mem.Pins[k]; ok && pin != c.dev.NodeGUID {
-				return fmt.Sprintf("pinned: was on node GUID %s, %s is now on %s (GUID %s)", fmtGUID(pin), ep.Addr.Addr(), c.dev.Name, fmtGUID(c.dev.NodeGUID)), time.Time{}, false
+				return &hold{why: fmt.Sprintf("pinned: was on node GUID %s, %s is now on %s (GUID %s)", rdma.FormatGUID(pin), ep.Addr.Addr(), c.dev.Name, rdma.FormatGUID(c.dev.NodeGUID))}
 			}
 		}
 	}
 	if t, ok := mem.NextTry[ep]; ok && now.Before(t) {
-		return fmt.Sprintf("retry in %v", t.Sub(now).Round(time.Millisecond)), t, false
+		return &hold{why: fmt.Sprintf("retry in %v", t.Sub(now).Round(time.Millisecond)), until: t}
 	}
-	return "", time.Time{}, true
+	return nil
 }
 
 // recheck returns the next look after the last event, or zero when the
@@ -996,11 +995,6 @@ func recheck(obs Observed) time.Time {
 		}
 	}
 	return time.Time{}
-}
-
-func fmtGUID(g uint64) string {
-	s := fmt.Sprintf("%016x", g)
-	return s[0:4] + ":" + s[4:8] + ":" + s[8:12] + ":" + s[12:16]
 }
 
 // ServiceString renders the service as configfs spells it.
@@ -1052,14 +1046,12 @@ func Learn(mem Memory, eps []EndpointState, items []Item, outcomes []Outcome, no
 		present[e.Endpoint] = true
 		switch e.State {
 		case StateListening:
-			for _, k := range e.Keys {
-				delete(out.Forced, k)
-			}
 			out.AliveOn[e.Endpoint] = e.DevIndex + 1
 			delete(out.DeadSince, e.Endpoint)
 			delete(out.NextTry, e.Endpoint)
 			delete(out.Backoff, e.Endpoint)
 			for _, k := range e.Keys {
+				delete(out.Forced, k)
 				if e.GUID != 0 && out.Pins[k] != e.GUID {
 					out.Pins[k] = e.GUID
 					pinsChanged = true
