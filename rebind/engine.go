@@ -38,7 +38,6 @@ var ErrCrashed = errors.New("stopped at a fault point")
 // ports and LIO portals, and the few writes a heal makes.
 type Tree interface {
 	Ports() ([]configfs.Port, error) // attributes only; Links is empty
-	Port(id string) (configfs.Port, error)
 	Links(portID string) ([]configfs.Link, error)
 	Portals() ([]configfs.Portal, error)
 	Portal(id string) (configfs.Portal, error)
@@ -440,6 +439,7 @@ func (e *Engine) verify(done []pending, pl Planned, planErr error) []Outcome {
 // report records outcomes for status and metrics, and logs them.
 func (e *Engine) report(outcomes []Outcome, items []Item) {
 	e.mu.Lock()
+	retry := map[Endpoint]time.Time{}
 	for _, o := range outcomes {
 		res := Result{Action: o.Action, At: o.At, Err: o.Err, Latency: o.Latency}
 		for _, k := range o.Keys {
@@ -450,11 +450,12 @@ func (e *Engine) report(outcomes []Outcome, items []Item) {
 			e.stats.LastLatency = o.Latency
 		}
 		if t, ok := e.mem.NextTry[o.Endpoint]; ok {
-			for i := range items {
-				if items[i].Endpoint == o.Endpoint && items[i].Expected {
-					items[i].RetryAt = t
-				}
-			}
+			retry[o.Endpoint] = t
+		}
+	}
+	for i := range items {
+		if t, ok := retry[items[i].Endpoint]; ok && items[i].Expected {
+			items[i].RetryAt = t
 		}
 	}
 	mem := e.mem
@@ -517,7 +518,8 @@ func (e *Engine) execute(h Heal) error {
 			}
 			nUnlink++
 		case OpLink:
-			p, err := fsys.Port(s.Key.ID)
+			// Only the port's links are needed, not its attributes.
+			links, err := fsys.Links(s.Key.ID)
 			if errors.Is(err, fs.ErrNotExist) {
 				skip[s.Key] = true // the admin removed the port
 				continue
@@ -525,7 +527,7 @@ func (e *Engine) execute(h Heal) error {
 			if err != nil {
 				return fmt.Errorf("%s: re-read: %w", s.Key, err)
 			}
-			if slices.Contains(p.Links, s.Link) {
+			if slices.Contains(links, s.Link) {
 				continue
 			}
 			err = fsys.Relink(s.Key.ID, s.Link)
@@ -593,14 +595,14 @@ func (e *Engine) journalPrecondition(s Step) (bool, error) {
 		}
 		return p.ISER, nil
 	}
-	p, err := e.opt.Tree.Port(s.Key.ID)
+	links, err := e.opt.Tree.Links(s.Key.ID)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("%s: re-read: %w", s.Key, err)
 	}
-	if !slices.Equal(p.Links, s.LinksAre) {
+	if !slices.Equal(links, s.LinksAre) {
 		return false, fmt.Errorf("%s: its links changed since the plan; planning again", s.Key)
 	}
 	return true, nil
