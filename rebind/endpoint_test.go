@@ -109,6 +109,15 @@ func TestPlanEndpoints(t *testing.T) {
 	}
 	del := func(id string) rebind.Step { return rebind.Step{Op: rebind.OpJournalDelete, Key: key(id)} }
 	nkey := rebind.Key{Kind: rebind.KindNvmet, ID: "1"}
+	// The rebind of port 1 (links a, b): journal, unlink both, relink in order.
+	rebindPort1 := []rebind.Step{
+		{Op: rebind.OpJournalPut, Key: nkey, Intent: rebind.Intent{Kind: rebind.KindNvmet, ID: "1", Address: "192.0.2.1:4420", Links: []configfs.Link{lA, lB}, Started: now}, LinksAre: []configfs.Link{lA, lB}},
+		{Op: rebind.OpUnlink, Key: nkey, Link: lA},
+		{Op: rebind.OpUnlink, Key: nkey, Link: lB},
+		{Op: rebind.OpLink, Key: nkey, Link: lA},
+		{Op: rebind.OpLink, Key: nkey, Link: lB},
+		{Op: rebind.OpJournalDelete, Key: nkey},
+	}
 
 	tests := []struct {
 		name  string
@@ -168,14 +177,7 @@ func TestPlanEndpoints(t *testing.T) {
 				o.Ports = []configfs.Port{port1}
 			},
 			heals: []rebind.Heal{{Endpoint: epN, Action: rebind.ActRebindPort, Reason: "listener dead", Keys: []rebind.Key{nkey},
-				Steps: []rebind.Step{
-					{Op: rebind.OpJournalPut, Key: nkey, Intent: rebind.Intent{Kind: rebind.KindNvmet, ID: "1", Address: "192.0.2.1:4420", Links: []configfs.Link{lA, lB}, Started: now}, LinksAre: []configfs.Link{lA, lB}},
-					{Op: rebind.OpUnlink, Key: nkey, Link: lA},
-					{Op: rebind.OpUnlink, Key: nkey, Link: lB},
-					{Op: rebind.OpLink, Key: nkey, Link: lA},
-					{Op: rebind.OpLink, Key: nkey, Link: lB},
-					{Op: rebind.OpJournalDelete, Key: nkey},
-				}}},
+				Steps: rebindPort1}},
 			state: map[string]rebind.State{"1": rebind.StateDead},
 		},
 		{
@@ -204,14 +206,7 @@ func TestPlanEndpoints(t *testing.T) {
 			},
 			mem: func(m *rebind.Memory) { m.DeadSince[epN] = now.Add(-6 * time.Second) },
 			heals: []rebind.Heal{{Endpoint: epN, Action: rebind.ActRebindPort, Reason: "stranded: listening on rxe1, but 192.0.2.1 is carried by rxe0 port 1 now; hosts cannot connect", Keys: []rebind.Key{nkey},
-				Steps: []rebind.Step{
-					{Op: rebind.OpJournalPut, Key: nkey, Intent: rebind.Intent{Kind: rebind.KindNvmet, ID: "1", Address: "192.0.2.1:4420", Links: []configfs.Link{lA, lB}, Started: now}, LinksAre: []configfs.Link{lA, lB}},
-					{Op: rebind.OpUnlink, Key: nkey, Link: lA},
-					{Op: rebind.OpUnlink, Key: nkey, Link: lB},
-					{Op: rebind.OpLink, Key: nkey, Link: lA},
-					{Op: rebind.OpLink, Key: nkey, Link: lB},
-					{Op: rebind.OpJournalDelete, Key: nkey},
-				}}},
+				Steps: rebindPort1}},
 			state: map[string]rebind.State{"1": rebind.StateStranded},
 		},
 		{

@@ -59,6 +59,27 @@ func (d *daemonEnv) cmd(env []string, args ...string) *exec.Cmd {
 	return c
 }
 
+// start runs the daemon in the background until the test ends; it returns
+// once the control socket is there.
+func (d *daemonEnv) start() {
+	d.t.Helper()
+	c := d.cmd(nil, "run")
+	if err := c.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	d.t.Cleanup(func() { c.Process.Signal(syscall.SIGTERM); c.Wait() })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(d.dir, "run", "control.sock")); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatal("daemon did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func (d *daemonEnv) run(args ...string) (string, int) {
 	var out bytes.Buffer
 	c := d.cmd(nil, args...)
@@ -188,21 +209,7 @@ func TestDaemonNotifyAndControl(t *testing.T) {
 
 func TestSecondDaemonRefused(t *testing.T) {
 	d := newDaemonEnv(t)
-	c := d.cmd(nil, "run")
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { c.Process.Signal(syscall.SIGTERM); c.Wait() }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Join(d.dir, "run", "control.sock")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("first daemon did not start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	d.start()
 	out, code := d.run("run")
 	if code != 2 || !strings.Contains(out, "locked by another nvmet-rebind") {
 		t.Errorf("second daemon: exit %d: %s", code, out)
@@ -287,31 +294,14 @@ func TestObserversLeaveStateDirUntouched(t *testing.T) {
 		t.Helper()
 		before := snapshotDir(t, state)
 		for _, args := range [][]string{{"status"}, {"status", "--json"}, {"check"}, {"plan"}} {
-			out, code := d.run(args...)
-			if code == 2 && !strings.Contains(out, "unknown") && !strings.Contains(out, "nothing to do") {
-				t.Logf("%s %v: exit %d: %s", when, args, code, out)
-			}
+			d.run(args...) // exit codes do not matter here (no RDMA on this host)
 		}
 		if diff := cmp.Diff(before, snapshotDir(t, state)); diff != "" {
 			t.Errorf("%s: status/check/plan changed the state dir (-before +after):\n%s", when, diff)
 		}
 	}
 	observe("without a daemon")
-	c := d.cmd(nil, "run")
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { c.Process.Signal(syscall.SIGTERM); c.Wait() }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Join(d.dir, "run", "control.sock")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("daemon did not start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	d.start()
 	// The writer cleaned up at its start: the temp file is gone, the
 	// corrupt entry moved aside, modes tightened.
 	if _, err := os.Stat(filepath.Join(state, "journal/.tmp-123")); !errors.Is(err, os.ErrNotExist) {
@@ -319,6 +309,11 @@ func TestObserversLeaveStateDirUntouched(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(state, "journal/nvmet-bad.json.corrupt")); err != nil {
 		t.Errorf("the daemon did not quarantine the corrupt entry: %v", err)
+	}
+	if st, err := os.Stat(state); err != nil {
+		t.Error(err)
+	} else if st.Mode().Perm() != 0o700 {
+		t.Errorf("the daemon did not tighten the state dir's mode: %v", st.Mode())
 	}
 	observe("with a daemon")
 }

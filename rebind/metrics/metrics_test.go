@@ -18,8 +18,9 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/udev"
 )
 
-// healedEngine is an engine that has healed nvmet port 1 once.
-func healedEngine(t *testing.T) *rebind.Engine {
+// portWorld is rxe0 on veth0 with nvmet port 1 on 192.0.2.1:4420 linked
+// to nqn.a, listening, and a state directory.
+func portWorld(t *testing.T) (*rdmatest.System, *state.Store) {
 	t.Helper()
 	k := newFakeKernel(t)
 	k.AddAddr("veth0", "192.0.2.1")
@@ -33,6 +34,13 @@ func healedEngine(t *testing.T) *rebind.Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return k, j
+}
+
+// healedEngine is an engine that has healed nvmet port 1 once.
+func healedEngine(t *testing.T) *rebind.Engine {
+	t.Helper()
+	k, j := portWorld(t)
 	e := rebind.New(rebind.Options{Tree: k.FS(), Kernel: k, Store: j, Config: rebind.DefaultConfig()})
 	k.RemoveDevice("rxe0")
 	k.AddDevice("rxe0", 1, "veth0")
@@ -55,18 +63,7 @@ var afterAHeal = []string{
 // A listener dead for more than give_up_after counts as given up (the
 // NvmetRebindGaveUp alert), and as dead.
 func TestMetricsGivenUp(t *testing.T) {
-	k := newFakeKernel(t)
-	k.AddAddr("veth0", "192.0.2.1")
-	k.AddDevice("rxe0", 1, "veth0")
-	k.AddSubsystem("nqn.a")
-	k.AddPort("1", "rdma", "ipv4", "192.0.2.1", "4420")
-	if err := configfs.NewWithOps(k.Root, k.Admin()).Relink("1", configfs.Link{Name: "nqn.a", NQN: "nqn.a"}); err != nil {
-		t.Fatal(err)
-	}
-	j, err := state.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	k, j := portWorld(t)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	cfg := rebind.DefaultConfig()
 	cfg.GiveUpAfter = time.Minute
