@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma/rdmatest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
@@ -261,19 +260,7 @@ func TestUeventStormHealsReset(t *testing.T) {
 	const nqn = "nqn.2024-01.lab:a"
 	const iqn = "iqn.2024-01.lab:t"
 	const portal = iqn + "/tpgt_1/192.0.2.1:3260"
-	k := newFakeKernel(t)
-	k.AddAddr("veth0", "192.0.2.1")
-	k.AddDevice("rxe0", 0x80dd69fffe0d1e0b, "veth0")
-	k.AddSubsystem(nqn)
-	k.AddPort("1", "rdma", "ipv4", "192.0.2.1", "4420")
-	k.AddPortal(iqn, "tpgt_1", "192.0.2.1:3260")
-	admin := configfs.NewWithOps(k.Root, k.Admin())
-	if err := admin.Relink("1", configfs.Link{Name: nqn, NQN: nqn}); err != nil {
-		t.Fatal(err)
-	}
-	if err := admin.SetISER(portal, true); err != nil {
-		t.Fatal(err)
-	}
+	k := rdmatest.NewTargetPair(t, nqn, iqn)
 	j, err := state.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -289,7 +276,7 @@ func TestUeventStormHealsReset(t *testing.T) {
 			k.RemoveDevice("rxe0")
 			reset.Store(true)
 		case resetAt + 1:
-			k.AddDevice("rxe0", 0x80dd69fffe0d1e0b, "veth0")
+			k.AddDevice("rxe0", 0x11, "veth0")
 		}
 	}}
 	d := &stormDialer{storm: storm, redialed: make(chan struct{})}
@@ -348,6 +335,3 @@ func TestUeventStormHealsReset(t *testing.T) {
 		t.Errorf("journal left: %v %v", m, bad)
 	}
 }
-
-// newFakeKernel is the tests' fake kernel: both fakes wired together.
-var newFakeKernel = rdmatest.NewSystem

@@ -17,7 +17,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/control"
@@ -56,7 +55,7 @@ func (s *readOnlyStore) SavePins(map[rebind.Key]uint64) error {
 // fakeDaemon is the daemon's engine, loop and control socket over the fake
 // kernel (a real state directory and socket).
 type fakeDaemon struct {
-	k    *fakeKernel
+	k    *rdmatest.System
 	d    *daemon
 	sock string
 	dir  string
@@ -65,19 +64,7 @@ type fakeDaemon struct {
 
 func startFake(t *testing.T) *fakeDaemon {
 	t.Helper()
-	k := newFakeKernel(t)
-	k.AddAddr("veth0", "192.0.2.1")
-	k.AddDevice("rxe0", 0x11, "veth0")
-	k.AddSubsystem(nqn)
-	k.AddPort("1", "rdma", "ipv4", "192.0.2.1", "4420")
-	k.AddPortal(iqn, "tpgt_1", "192.0.2.1:3260")
-	admin := configfs.NewWithOps(k.Root, k.Admin())
-	if err := admin.Relink("1", configfs.Link{Name: nqn, NQN: nqn}); err != nil {
-		t.Fatal(err)
-	}
-	if err := admin.SetISER(portal, true); err != nil {
-		t.Fatal(err)
-	}
+	k := rdmatest.NewTargetPair(t, nqn, iqn)
 	dir := t.TempDir()
 	st, err := state.Open(dir)
 	if err != nil {
@@ -380,8 +367,3 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
-
-// fakeKernel is the tests' fake kernel: both fakes wired together.
-type fakeKernel = rdmatest.System
-
-var newFakeKernel = rdmatest.NewSystem
