@@ -441,6 +441,19 @@ isers() {
 
 # all_iser WANT ADDR PORT IQN…: every sharer's iser reads WANT; otherwise
 # prints those that do not (iqn=value, "gone" for a missing np), returns 1.
+# wait_iser WANT ADDR PORT SECONDS IQN…: poll until every IQN's portal on
+# ADDR:PORT reads iser WANT; on timeout print the others and return 1.
+wait_iser() {
+	_wi_want=$1 _wi_a=$2 _wi_p=$3 _wi_s=$4
+	shift 4
+	_wi_i=0
+	until _wi_bad=$(all_iser "$_wi_want" "$_wi_a" "$_wi_p" "$@"); do
+		[ $_wi_i -ge $((_wi_s * 10)) ] && { echo "$_wi_bad"; return 1; }
+		sleep 0.1
+		_wi_i=$((_wi_i + 1))
+	done
+}
+
 all_iser() {
 	_want=$1
 	_n=$(np_name "$2" "$3")

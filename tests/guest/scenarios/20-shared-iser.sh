@@ -86,12 +86,7 @@ reset() {
 	metric "${1}_heal_ms_3260=$ms"
 	metric "${1}_heal_ms_3261=$ms2"
 	# Every sharer is written 1 at the end of the heal; give it the time.
-	_i=0
-	until bad=$(all_iser 1 $A 3260 $SH); do
-		[ $_i -ge 50 ] && fail "$1: not every sharer of $A:3260 reads iser=1 5 s after the LISTEN: $bad"
-		sleep 0.1
-		_i=$((_i + 1))
-	done
+	bad=$(wait_iser 1 $A 3260 5 $SH) || fail "$1: not every sharer of $A:3260 reads iser=1 5 s after the LISTEN: $bad"
 	[ "$(lio_iser $QC $A 3261)" = 1 ] || fail "$1: iser of C ($A:3261) reads $(lio_iser $QC $A 3261), not 1"
 	for l in $LIDS; do
 		status_expect "$1, after" lio "$l" "endpoint=ib_isert $A:3260" sharers=$2 state=listening rdma_device=rxe0 rdma_port=1 listening=true
@@ -135,12 +130,7 @@ wait_listen ib_isert $A 3261 20 >/dev/null || fail "ipv6: $A:3261 not listening 
 metric "ipv6_heal_ms=$ms"
 HEALED="$HEALED, IPv6 3 sharers ${ms} ms"
 metric "ipv6_heal_ms_v4=$ms2"
-_i=0
-until bad=$(all_iser 1 $A6 3260 $SH); do
-	[ $_i -ge 50 ] && fail "ipv6: not every sharer of [$A6]:3260 reads iser=1 5 s after the LISTEN: $bad"
-	sleep 0.1
-	_i=$((_i + 1))
-done
+bad=$(wait_iser 1 $A6 3260 5 $SH) || fail "ipv6: not every sharer of [$A6]:3260 reads iser=1 5 s after the LISTEN: $bad"
 bad=$(all_iser 1 $A 3260 $SH) || fail "ipv6: not every sharer of $A:3260 reads iser=1: $bad"
 status_expect "ipv6, after" lio "$QD/tpgt_1/[$A6]:3260" "endpoint=ib_isert [$A6]:3260" sharers=3 state=listening rdma_device=rxe0 rdma_port=1
 check_rc || fail "ipv6: check exits $? after the heal"

@@ -45,12 +45,7 @@ t0=$(now)
 daemon_start || fail "part 1: the restarted daemon did not start"
 ms=$(wait_listen ib_isert $A 3260 20 "$t0") || fail "part 1: $A:3260 not listening 20 s after the restart ($(isers $A 3260 $QA $QB))"
 metric "resume_ms_2=$ms"
-_i=0
-until bad=$(all_iser 1 $A 3260 $QA $QB); do
-	[ $_i -ge 50 ] && fail "part 1: not every sharer reads iser=1 5 s after the LISTEN: $bad"
-	sleep 0.1
-	_i=$((_i + 1))
-done
+bad=$(wait_iser 1 $A 3260 5 $QA $QB) || fail "part 1: not every sharer reads iser=1 5 s after the LISTEN: $bad"
 status_expect "part 1, after" lio "$QA/tpgt_1/$A:3260" sharers=2 state=listening
 check_rc || fail "part 1: check exits $? after the restart healed"
 daemon_stop
@@ -69,12 +64,7 @@ t0=$(now)
 daemon_start || fail "part 2: the restarted daemon did not start"
 ms2=$(wait_listen ib_isert $A 3260 20 "$t0") || fail "part 2: $A:3260 not listening 20 s after the restart ($(isers $A 3260 $QA $QB $QC))"
 metric "resume_ms_3=$ms2"
-_i=0
-until bad=$(all_iser 1 $A 3260 $QA $QC); do
-	[ $_i -ge 50 ] && fail "part 2: A and C do not both read iser=1 5 s after the LISTEN: $bad"
-	sleep 0.1
-	_i=$((_i + 1))
-done
+bad=$(wait_iser 1 $A 3260 5 $QA $QC) || fail "part 2: A and C do not both read iser=1 5 s after the LISTEN: $bad"
 sleep 2
 [ "$(lio_iser $QB $A 3260)" = 0 ] || fail "part 2: B reads iser=$(lio_iser $QB $A 3260) after the restart: the admin set it to 0 before the outage, it must stay 0"
 bad=$(all_iser 1 $A 3260 $QA $QC) || fail "part 2: $bad after the restart, want A and C at 1"

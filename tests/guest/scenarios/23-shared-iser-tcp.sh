@@ -100,12 +100,7 @@ t0=$(now)
 must rxe_add rxe0 veth0
 ms=$(wait_listen ib_isert $A 3260 20 "$t0") || fail "part 2: $A:3260 not listening 20 s after rdma link add"
 metric "heal_ms=$ms"
-_i=0
-until bad=$(all_iser 1 $A 3260 $QA $QB); do
-	[ $_i -ge 50 ] && fail "part 2: not every sharer reads iser=1 5 s after the LISTEN: $bad"
-	sleep 0.1
-	_i=$((_i + 1))
-done
+bad=$(wait_iser 1 $A 3260 5 $QA $QB) || fail "part 2: not every sharer reads iser=1 5 s after the LISTEN: $bad"
 sleep 1
 same "part 2, after the daemon's heal"
 status_expect "part 2, after" lio "$QA/tpgt_1/$A:3260" "endpoint=ib_isert $A:3260" sharers=2 state=listening
