@@ -525,21 +525,32 @@ func TestVLANAndMacvlanAddressesHeal(t *testing.T) {
 	}
 }
 
+// strandedWorld: rxe0 on veth0 with 192.0.2.3, rxe1 on veth2; nvmet port
+// 1 on 192.0.2.3:4420 and two targets sharing the iSER portal
+// 192.0.2.3:3260 (returned), all listening on rxe0.
+func strandedWorld(t *testing.T) (k *fakeKernel, p, p2 string) {
+	t.Helper()
+	k = newFakeKernel(t)
+	k.AddAddr("veth0", "192.0.2.3")
+	k.AddAddr("veth2", "192.0.2.9")
+	k.AddDevice("rxe0", 0x11, "veth0")
+	k.AddDevice("rxe1", 0x22, "veth2")
+	k.AddSubsystem(nqnA)
+	k.AddPort("1", "rdma", "ipv4", "192.0.2.3", "4420")
+	k.AddPortal(iqn, "tpgt_1", "192.0.2.3:3260")
+	k.AddPortal(iqn+"-2", "tpgt_1", "192.0.2.3:3260")
+	p, p2 = iqn+"/tpgt_1/192.0.2.3:3260", iqn+"-2/tpgt_1/192.0.2.3:3260"
+	admin := configfs.NewWithOps(k.Root, k.Admin())
+	must(t, admin.Relink("1", configfs.Link{Name: nqnA, NQN: nqnA}))
+	must(t, admin.SetISER(p, true))
+	must(t, admin.SetISER(p2, true))
+	return k, p, p2
+}
+
 func TestStrandedListenerIsRebound(t *testing.T) {
 	for _, pin := range []bool{false, true} {
 		t.Run(fmt.Sprintf("pin_device=%v", pin), func(t *testing.T) {
-			k := newFakeKernel(t)
-			k.AddAddr("veth0", "192.0.2.3")
-			k.AddAddr("veth2", "192.0.2.9")
-			k.AddDevice("rxe0", 0x11, "veth0")
-			k.AddDevice("rxe1", 0x22, "veth2")
-			k.AddSubsystem(nqnA)
-			k.AddPort("1", "rdma", "ipv4", "192.0.2.3", "4420")
-			k.AddPortal(iqn, "tpgt_1", "192.0.2.3:3260")
-			p := iqn + "/tpgt_1/192.0.2.3:3260"
-			admin := configfs.NewWithOps(k.Root, k.Admin())
-			must(t, admin.Relink("1", configfs.Link{Name: nqnA, NQN: nqnA}))
-			must(t, admin.SetISER(p, true))
+			k, p, p2 := strandedWorld(t)
 			clk := newClock()
 			j, err := state.Open(t.TempDir())
 			must(t, err)
@@ -571,8 +582,13 @@ func TestStrandedListenerIsRebound(t *testing.T) {
 			if got := k.ListeningOn("nvmet_rdma", "1"); got != want {
 				t.Errorf("port 1 listens on %q, want %q", got, want)
 			}
-			if got := k.ListeningOn("ib_isert", p); got != want {
-				t.Errorf("portal listens on %q, want %q", got, want)
+			for _, id := range []string{p, p2} { // the shared iSER listener, both sharers
+				if got := k.ListeningOn("ib_isert", id); got != want {
+					t.Errorf("portal %s listens on %q, want %q", id, got, want)
+				}
+				if pt, err := k.FS().Portal(id); err != nil || !pt.ISER {
+					t.Errorf("portal %s: iser=%v, %v after the heal", id, pt.ISER, err)
+				}
 			}
 			if !pin {
 				// And back: stranded again on rxe1, rebound to rxe0.
@@ -592,14 +608,7 @@ func TestStrandedListenerIsRebound(t *testing.T) {
 
 // A manual rebind goes through graces and backoff.
 func TestRetryForcesStrandedHeal(t *testing.T) {
-	k := newFakeKernel(t)
-	k.AddAddr("veth0", "192.0.2.3")
-	k.AddAddr("veth2", "192.0.2.9")
-	k.AddDevice("rxe0", 0x11, "veth0")
-	k.AddDevice("rxe1", 0x22, "veth2")
-	k.AddSubsystem(nqnA)
-	k.AddPort("1", "rdma", "ipv4", "192.0.2.3", "4420")
-	must(t, configfs.NewWithOps(k.Root, k.Admin()).Relink("1", configfs.Link{Name: nqnA, NQN: nqnA}))
+	k, _, _ := strandedWorld(t)
 	clk := newClock()
 	e := sharedEngine(t, k, clk, nil, t.TempDir())
 	_, err := e.Reconcile(context.Background())
