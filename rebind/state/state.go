@@ -187,37 +187,37 @@ func (s *Store) Clean() ([]error, error) {
 	if s.readOnly {
 		return nil, ErrReadOnly
 	}
+	// Temp files of an interrupted write (journal entries, pins): never
+	// committed. One that cannot be removed (not ours: a directory?) is
+	// reported, never read.
+	var moved []error
+	for _, dir := range []string{s.journal, s.dir} {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			return moved, fmt.Errorf("state dir %s: %w", dir, err)
+		}
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), ".tmp-") {
+				if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+					moved = append(moved, fmt.Errorf("state dir: %w", err))
+				}
+			}
+		}
+	}
 	ents, err := os.ReadDir(s.journal)
 	if err != nil {
-		return nil, fmt.Errorf("journal %s: %w", s.journal, err)
+		return moved, fmt.Errorf("journal %s: %w", s.journal, err)
 	}
-	var moved []error
 	for _, e := range ents {
 		name := e.Name()
 		path := filepath.Join(s.journal, name)
-		if strings.HasPrefix(name, ".tmp-") {
-			if err := os.Remove(path); err != nil {
-				// Not one of ours (a directory?): reported, never read.
-				moved = append(moved, fmt.Errorf("journal: %w", err))
-			}
-			continue
-		}
-		if !strings.HasSuffix(name, ".json") {
+		if strings.HasPrefix(name, ".tmp-") || !strings.HasSuffix(name, ".json") {
 			continue
 		}
 		if _, err := s.entry(name); err != nil {
 			moved = append(moved, fmt.Errorf("journal entry %s: %w; moved aside to %s.corrupt", path, err, name))
 			if rerr := os.Rename(path, path+".corrupt"); rerr != nil {
 				return moved, fmt.Errorf("journal entry %s: %w", path, rerr)
-			}
-		}
-	}
-	for _, d := range []string{s.dir} {
-		if ents, err := os.ReadDir(d); err == nil {
-			for _, e := range ents {
-				if strings.HasPrefix(e.Name(), ".tmp-") {
-					os.Remove(filepath.Join(d, e.Name()))
-				}
 			}
 		}
 	}
