@@ -110,7 +110,11 @@ func Parse(name string, b []byte) (rebind.Config, error) {
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			return rebind.Config{}, fmt.Errorf("config %s: line %d: %s", name, pe.Position.Line, clipN(pe.Message, 400))
+			key := ""
+			if pe.LastKey != "" {
+				key = clip(pe.LastKey) + ": "
+			}
+			return rebind.Config{}, fmt.Errorf("config %s: line %d: %s%s", name, pe.Position.Line, key, clipN(pe.Message, 400))
 		}
 		return rebind.Config{}, fmt.Errorf("config %s: %s", name, clip(err.Error()))
 	}

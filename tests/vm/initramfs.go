@@ -162,58 +162,10 @@ func BaseInitramfs(k *Kernel, extraModules []string) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(stage)
-	smod := filepath.Join(stage, "lib", "modules", k.Release)
-	for m := range mods {
-		rel, err := filepath.Rel(k.ModDir(), m)
-		if err != nil || strings.HasPrefix(rel, "..") {
-			// modprobe -d prints paths under the root; resolve lib -> usr/lib.
-			if rm, err2 := filepath.EvalSymlinks(m); err2 == nil {
-				if rd, err3 := filepath.EvalSymlinks(k.ModDir()); err3 == nil {
-					rel, err = filepath.Rel(rd, rm)
-				}
-			}
-			if err != nil || strings.HasPrefix(rel, "..") {
-				return "", fmt.Errorf("module %s is not under %s", m, k.ModDir())
-			}
-		}
-		if err := copyFile(filepath.Join(smod, rel), m); err != nil {
-			return "", err
-		}
-	}
-	for _, e := range extraModules {
-		if err := copyFile(filepath.Join(smod, "extra", filepath.Base(e)), e); err != nil {
-			return "", err
-		}
-	}
-	for _, f := range []string{"modules.order", "modules.builtin", "modules.builtin.modinfo"} {
-		src := filepath.Join(k.ModDir(), f)
-		if _, err := os.Stat(src); err == nil {
-			if err := copyFile(filepath.Join(smod, f), src); err != nil {
-				return "", err
-			}
-		}
-	}
-	if _, err := run("", "depmod", "-b", stage, k.Release); err != nil {
+	if err := StageModules(k, stage, mods, extraModules); err != nil {
 		return "", err
 	}
-	err = filepath.WalkDir(smod, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(stage, p)
-		g := "/" + filepath.ToSlash(rel)
-		if d.IsDir() {
-			a.Dir(g)
-			return nil
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		a.Bytes(g, data, 0o644)
-		return nil
-	})
-	if err != nil {
+	if err := a.AddTree(stage); err != nil {
 		return "", err
 	}
 	if err := a.WriteGzipFile(out); err != nil {
@@ -303,4 +255,69 @@ func fileSum(p string) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// StageModules copies module files (absolute host paths under the
+// kernel's tree, as resolveModules returns them) and out-of-tree modules
+// (to extra/) into root/lib/modules/<release>, with the kernel's
+// modules.order and modules.builtin*, and runs depmod there.
+func StageModules(k *Kernel, root string, mods map[string]bool, extraModules []string) error {
+	smod := filepath.Join(root, "lib", "modules", k.Release)
+	for m := range mods {
+		rel, err := filepath.Rel(k.ModDir(), m)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			// modprobe -d prints paths under the root; resolve lib -> usr/lib.
+			if rm, err2 := filepath.EvalSymlinks(m); err2 == nil {
+				if rd, err3 := filepath.EvalSymlinks(k.ModDir()); err3 == nil {
+					rel, err = filepath.Rel(rd, rm)
+				}
+			}
+			if err != nil || strings.HasPrefix(rel, "..") {
+				return fmt.Errorf("module %s is not under %s", m, k.ModDir())
+			}
+		}
+		if err := copyFile(filepath.Join(smod, rel), m); err != nil {
+			return err
+		}
+	}
+	for _, e := range extraModules {
+		if err := copyFile(filepath.Join(smod, "extra", filepath.Base(e)), e); err != nil {
+			return err
+		}
+	}
+	for _, f := range []string{"modules.order", "modules.builtin", "modules.builtin.modinfo"} {
+		src := filepath.Join(k.ModDir(), f)
+		if _, err := os.Stat(src); err == nil {
+			if err := copyFile(filepath.Join(smod, f), src); err != nil {
+				return err
+			}
+		}
+	}
+	_, err := run("", "depmod", "-b", root, k.Release)
+	return err
+}
+
+// AddTree adds the directories and regular files under dir (0644) at the
+// same paths below /.
+func (a *Archive) AddTree(dir string) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if rel == "." {
+			return nil
+		}
+		g := "/" + filepath.ToSlash(rel)
+		if d.IsDir() {
+			a.Dir(g)
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		a.Bytes(g, data, 0o644)
+		return nil
+	})
 }

@@ -21,6 +21,9 @@ type BootConfig struct {
 	Timeout time.Duration // hard limit: the VM is killed after it
 	MemMB   int
 	SMP     int
+	// Disk is a raw image attached as a virtio disk (/dev/vda), written in
+	// place (optional).
+	Disk string
 	// OnLine is called for every console line as it arrives (optional).
 	OnLine func(line string)
 }
@@ -65,6 +68,9 @@ func Boot(ctx context.Context, cfg BootConfig) (*BootResult, error) {
 		"-no-reboot", "-serial", "stdio", "-display", "none", "-monitor", "none",
 		"-kernel", cfg.Kernel, "-initrd", cfg.Initrd,
 		"-append", strings.TrimSpace(appendLine))
+	if cfg.Disk != "" {
+		args = append(args, "-drive", "file="+cfg.Disk+",format=raw,if=virtio,cache=unsafe")
+	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	cmd := exec.Command(qemu, args...)

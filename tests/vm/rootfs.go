@@ -1,0 +1,271 @@
+package vm
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// SystemdPackages are installed in the Debian 12 image of the systemd test
+// (with their dependencies, by mmdebstrap): systemd as PID 1, udevd, the
+// RDMA and storage tools, and the LIO restore unit (python3-rtslib-fb's
+// rtslib-fb-targetctl.service). nvmetcli is not packaged in Debian 12: the
+// test brings its own nvmet.service.
+var SystemdPackages = []string{
+	"systemd", "systemd-sysv", "udev", "dbus", "kmod", "procps",
+	"iproute2", "rdma-core", "ibverbs-providers", "nvme-cli",
+	"targetcli-fb", "python3-rtslib-fb",
+}
+
+// rootfsFormat changes whenever the way the image is made changes, so
+// that cached images are rebuilt.
+const rootfsFormat = "rootfs-v1"
+
+// debianSources are the apt sources of the image (Debian 12 and its
+// updates): NVMET_REBIND_DEBIAN_MIRROR replaces deb.debian.org.
+func debianSources() []string {
+	m := strings.TrimSuffix(os.Getenv("NVMET_REBIND_DEBIAN_MIRROR"), "/")
+	if m == "" {
+		m = "http://deb.debian.org"
+	}
+	return []string{
+		"deb " + m + "/debian bookworm main",
+		"deb " + m + "/debian bookworm-updates main",
+		"deb " + m + "/debian-security bookworm-security main",
+	}
+}
+
+// DebianRootfs builds (or reuses from the cache) a tar of a Debian 12
+// system made by mmdebstrap from Debian's archive, with SystemdPackages.
+// Root only (mmdebstrap's root mode keeps owners and device nodes).
+func DebianRootfs() (string, error) {
+	if os.Geteuid() != 0 {
+		return "", ErrSkip{"not root: mmdebstrap cannot build the Debian 12 image of the systemd test"}
+	}
+	cache, err := CacheDir()
+	if err != nil {
+		return "", err
+	}
+	pkgs := append([]string(nil), SystemdPackages...)
+	sort.Strings(pkgs)
+	h := sha256.New()
+	fmt.Fprintln(h, rootfsFormat, strings.Join(pkgs, ","), strings.Join(debianSources(), "|"))
+	key := hex.EncodeToString(h.Sum(nil))[:16]
+	dir := filepath.Join(cache, "rootfs")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "bookworm-"+key+".tar")
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
+	}
+	if _, err := LookTool("mmdebstrap"); err != nil {
+		Log("installing mmdebstrap")
+		if err := AptInstall("mmdebstrap"); err != nil {
+			return "", err
+		}
+	}
+	Log("building the Debian 12 image with mmdebstrap (%d packages and their dependencies)", len(pkgs))
+	tmp := out + ".tmp"
+	args := []string{
+		"--variant=minbase", "--mode=root", "--format=tar",
+		// The archive snapshot the host uses may be older than its
+		// Valid-Until; the packages are still verified by their signatures.
+		`--aptopt=Acquire::Check-Valid-Until "false"`,
+		`--aptopt=Acquire::Languages "none"`,
+		"--dpkgopt=path-exclude=/usr/share/man/*",
+		"--dpkgopt=path-exclude=/usr/share/locale/*",
+		"--dpkgopt=path-exclude=/usr/share/doc/*",
+		"--dpkgopt=path-include=/usr/share/doc/*/copyright",
+		"--include=" + strings.Join(pkgs, ","),
+		"bookworm", tmp,
+	}
+	args = append(args, debianSources()...)
+	if _, err := run("", "mmdebstrap", args...); err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	return out, os.Rename(tmp, out)
+}
+
+// DiskFile is one file put into the image: from a host file, or data.
+type DiskFile struct {
+	Src  string // host file ("" when Data is used)
+	Data []byte
+	Mode os.FileMode
+	Link string // non-empty: a symlink to this target instead
+}
+
+// BuildDisk writes an ext4 image (raw, sparse, sizeMB) holding the rootfs
+// tar, the modules the guest loads for each kernel, and files (guest path
+// -> file). mkfs.ext4 -d populates it without mounting anything.
+func BuildDisk(out, rootTar string, kernels []*Kernel, extra map[string][]string, files map[string]DiskFile, sizeMB int) error {
+	stage, err := os.MkdirTemp(filepath.Dir(out), "rootfs-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(stage)
+	if _, err := run("", "tar", "-xpf", rootTar, "--numeric-owner", "-C", stage); err != nil {
+		return err
+	}
+	for _, k := range kernels {
+		mods, err := resolveModules(k, GuestModules, false)
+		if err != nil {
+			return err
+		}
+		opt, _ := resolveModules(k, optionalModules, true)
+		for m := range opt {
+			mods[m] = true
+		}
+		if err := StageModules(k, stage, mods, extra[k.Release]); err != nil {
+			return err
+		}
+	}
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, g := range paths {
+		f := files[g]
+		dst, err := inside(stage, g)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		os.Remove(dst)
+		switch {
+		case f.Link != "":
+			err = os.Symlink(f.Link, dst)
+		case f.Src != "":
+			err = copyFile(dst, f.Src)
+		default:
+			err = os.WriteFile(dst, f.Data, 0o644)
+		}
+		if err != nil {
+			return err
+		}
+		if f.Link == "" {
+			mode := f.Mode
+			if mode == 0 {
+				mode = 0o644
+			}
+			if err := os.Chmod(dst, mode); err != nil {
+				return err
+			}
+		}
+	}
+	os.Remove(out)
+	_, err = run("", "mkfs.ext4", "-q", "-F", "-L", "e2e-root", "-d", stage, out, fmt.Sprintf("%dM", sizeMB))
+	return err
+}
+
+// inside resolves a guest path under root without following the image's
+// own absolute symlinks out to the host (only the relative usr-merge links
+// of the first component, like lib -> usr/lib, are followed).
+func inside(root, guest string) (string, error) {
+	parts := strings.Split(strings.TrimPrefix(filepath.Clean("/"+guest), "/"), "/")
+	if len(parts) == 0 || parts[0] == "" {
+		return "", fmt.Errorf("bad guest path %q", guest)
+	}
+	first := filepath.Join(root, parts[0])
+	if t, err := os.Readlink(first); err == nil {
+		if filepath.IsAbs(t) || strings.Contains(t, "..") {
+			return "", fmt.Errorf("%s: %s is a symlink to %s", guest, parts[0], t)
+		}
+		first = filepath.Join(root, t)
+	}
+	return filepath.Join(append([]string{first}, parts[1:]...)...), nil
+}
+
+// SwitchRootInitramfs builds (or reuses) the small initramfs that boots the
+// image: busybox and kmod load virtio and ext4, mount /dev/vda and hand over
+// to the image's /sbin/init (systemd) with switch_root.
+func SwitchRootInitramfs(k *Kernel) (string, error) {
+	cache, err := CacheDir()
+	if err != nil {
+		return "", err
+	}
+	mods, err := resolveModules(k, []string{"virtio_pci", "virtio_blk", "ext4"}, false)
+	if err != nil {
+		return "", err
+	}
+	opt, _ := resolveModules(k, []string{"crc32c_generic", "crc32c-intel"}, true)
+	for m := range opt {
+		mods[m] = true
+	}
+	dir := filepath.Join(cache, "initramfs")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "switchroot-v1-"+k.Release+".cpio.gz")
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
+	}
+	bb, err := LookTool("busybox")
+	if err != nil {
+		return "", err
+	}
+	kmod, err := LookTool("kmod")
+	if err != nil {
+		return "", err
+	}
+	a := NewArchive()
+	for _, d := range []string{"/proc", "/sys", "/dev", "/newroot", "/bin", "/sbin"} {
+		a.Dir(d)
+	}
+	a.CharDev("/dev/console", 5, 1, 0o600)
+	a.CharDev("/dev/null", 1, 3, 0o666)
+	if err := a.AddBinary("/bin/busybox", bb); err != nil {
+		return "", err
+	}
+	if err := a.AddBinary("/bin/kmod", kmod); err != nil {
+		return "", err
+	}
+	for _, n := range []string{"sh", "mount", "umount", "sleep", "switch_root", "poweroff", "echo", "cat"} {
+		a.Symlink("/bin/"+n, "/bin/busybox")
+	}
+	a.Symlink("/sbin/modprobe", "/bin/kmod")
+	a.Bytes("/init", []byte(switchRootInit), 0o755)
+	stage, err := os.MkdirTemp(dir, "stage-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(stage)
+	if err := StageModules(k, stage, mods, nil); err != nil {
+		return "", err
+	}
+	if err := a.AddTree(stage); err != nil {
+		return "", err
+	}
+	tmp := out + ".tmp"
+	if err := a.WriteGzipFile(tmp); err != nil {
+		return "", err
+	}
+	return out, os.Rename(tmp, out)
+}
+
+const switchRootInit = `#!/bin/sh
+# Mount the test image (virtio disk, ext4) and start its systemd as PID 1.
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+for m in virtio_pci virtio_blk ext4; do modprobe $m || echo "switchroot: modprobe $m failed"; done
+i=0
+while [ ! -b /dev/vda ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+if ! mount -t ext4 -o rw /dev/vda /newroot; then
+	echo "E2E RESULT boot FAIL the image /dev/vda does not mount"
+	echo "E2E DONE rc=1"
+	poweroff -f
+fi
+mount --move /dev /newroot/dev
+mount --move /sys /newroot/sys
+mount --move /proc /newroot/proc
+exec switch_root /newroot /sbin/init
+`
