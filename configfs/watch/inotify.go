@@ -107,6 +107,7 @@ func (m *Model) drain() {
 		}
 		m.parse(m.buf[:n])
 	}
+	m.drains.Add(1)
 	select {
 	case m.drained <- struct{}{}:
 	default:
@@ -199,18 +200,30 @@ func (m *Model) notify() {
 		if fds[0].Revents&unix.POLLIN == 0 {
 			continue
 		}
+		seq := m.drains.Load()
 		select {
 		case m.changed <- struct{}{}:
 		default:
 		}
-		t := time.NewTimer(m.opts.NotifyPause)
-		select {
-		case <-m.drained:
-		case <-t.C:
-		case <-m.done:
-			t.Stop()
+		if !m.pause(seq) {
 			return
 		}
-		t.Stop()
 	}
+}
+
+// pause waits until a drain after seq, or NotifyPause; false when the
+// model is closed.
+func (m *Model) pause(seq uint64) bool {
+	t := time.NewTimer(m.opts.NotifyPause)
+	defer t.Stop()
+	for m.drains.Load() == seq {
+		select {
+		case <-m.drained: // maybe a token of an older drain: check seq again
+		case <-t.C:
+			return true
+		case <-m.done:
+			return false
+		}
+	}
+	return true
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -65,7 +66,8 @@ type Model struct {
 	stats      Stats
 
 	changed chan struct{}
-	drained chan struct{}
+	drained chan struct{} // a token after every drain (wakes notify)
+	drains  atomic.Uint64 // drains so far
 	done    chan struct{}
 	stop    [2]int // a pipe: closing stops notify
 	wg      sync.WaitGroup
