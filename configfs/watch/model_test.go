@@ -142,6 +142,16 @@ func TestEquivalenceAfterAdminChanges(t *testing.T) {
 	}{
 		{"link", func() error { return w.link("1", a) }},
 		{"second link", func() error { return w.link("1", "nqn.2014-08.org.example:b") }},
+
+		{"link named a to b", func() error {
+			if err := w.admin().Remove(w.path("nvmet/ports/1/subsystems/nqn.2014-08.org.example:b")); err != nil {
+				return err
+			}
+			if err := w.admin().Remove(w.path("nvmet/ports/1/subsystems", a)); err != nil {
+				return err
+			}
+			return w.admin().Symlink(w.path("nvmet/subsystems/nqn.2014-08.org.example:b"), w.path("nvmet/ports/1/subsystems", a))
+		}},
 		{"unlink", func() error {
 			return w.admin().Remove(w.path("nvmet/ports/1/subsystems", a))
 		}},
