@@ -63,6 +63,15 @@ func (m *Model) node(path string) *node {
 	return n
 }
 
+// lookup is node for a path as FS makes them (clean: no Clean needed
+// when it is known).
+func (m *Model) lookup(path string) *node {
+	if n := m.nodes[path]; n != nil {
+		return n
+	}
+	return m.node(filepath.Clean(path))
+}
+
 // drop forgets n and everything under it, removing their watches, and
 // what n's parent knows about n. Dropping a top-level directory (the
 // nvmet or LIO tree, the root) asks for a full rescan: their identity is
@@ -96,7 +105,7 @@ type cacheOps struct{ m *Model }
 
 func (c cacheOps) ReadDirNames(dir string) ([]string, error) {
 	m := c.m
-	n := m.node(filepath.Clean(dir))
+	n := m.lookup(dir)
 	if n != nil && n.listOK {
 		m.stats.Hits++
 		return slices.Clone(n.list), nil
@@ -118,7 +127,7 @@ func (c cacheOps) ReadAttrs(dirs, names []string) []configfs.Attrs {
 	var missDirs []string
 	var missNodes []*node
 	for i, d := range dirs {
-		n := m.node(filepath.Clean(d))
+		n := m.lookup(d)
 		if n != nil && n.attrsOK && n.attrsKey == key {
 			out[i] = n.attrs
 			m.stats.Hits++
@@ -164,7 +173,7 @@ func notExistOrNil(err error) bool { return err == nil || errors.Is(err, fs.ErrN
 
 func (c cacheOps) Lstat(path string) (fs.FileInfo, error) {
 	m := c.m
-	n := m.node(filepath.Clean(path))
+	n := m.lookup(path)
 	if n != nil && n.stOK {
 		m.stats.Hits++
 		return n.st, n.stEr
@@ -180,7 +189,7 @@ func (c cacheOps) Lstat(path string) (fs.FileInfo, error) {
 
 func (c cacheOps) Readlink(path string) (string, error) {
 	m := c.m
-	n := m.node(filepath.Clean(path))
+	n := m.lookup(path)
 	if n != nil && n.linkOK {
 		m.stats.Hits++
 		return n.link, n.linkEr
