@@ -46,6 +46,10 @@ func NewWithOps(root string, ops Ops) *FS {
 // Root returns the configfs root.
 func (f *FS) Root() string { return f.root }
 
+// Ops returns the seam every read and write of the tree goes through, for
+// a layer that reads the same tree (configfs/watch caches it).
+func (f *FS) Ops() Ops { return f.ops }
+
 // Link is one port→subsystem symlink, nvmet/ports/<id>/subsystems/<Name>.
 type Link struct {
 	Name string `json:"name"` // the link's own name (normally the NQN)

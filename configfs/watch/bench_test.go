@@ -1,0 +1,120 @@
+package watch
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"testing"
+
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
+)
+
+// benchTree makes n nvmet ports and n LIO portals (one target each, the
+// most watches per portal) on tmpfs when there is one.
+func benchTree(b *testing.B, n int) *configfstest.Fake {
+	b.Helper()
+	base := ""
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		base = "/dev/shm"
+	}
+	root, err := os.MkdirTemp(base, "watch-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(root) })
+	k := configfstest.NewAt(root, binder{})
+	k.AddSubsystem("nqn.2014-08.org.example:a")
+	for i := range n {
+		k.AddPort(fmt.Sprint(i+1), "rdma", "ipv4", benchAddr(i), "4420")
+		k.AddPortal(fmt.Sprintf("iqn.2003-01.org.example:t%d", i), "tpgt_1", benchAddr(i)+":3260")
+	}
+	return k
+}
+
+func benchAddr(i int) string { return fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255) }
+
+// change writes 1 % of the ports' addr_traddr and of the portals' iser.
+func change(b *testing.B, k *configfstest.Fake, n, round int) {
+	b.Helper()
+	admin := k.Admin()
+	for j := range max(n/100, 1) {
+		i := (round*97 + j*101) % n
+		if err := admin.WriteAttr(fmt.Sprintf("%s/nvmet/ports/%d/addr_traddr", k.Root, i+1), benchAddr(i+round)); err != nil {
+			b.Fatal(err)
+		}
+		v := fmt.Sprint(round % 2)
+		p := fmt.Sprintf("%s/target/iscsi/iqn.2003-01.org.example:t%d/tpgt_1/np/%s:3260/iser", k.Root, i, benchAddr(i))
+		if err := os.WriteFile(p, []byte(v+"\n"), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+var benchSizes = []int{256, 1024, 4096}
+
+// BenchmarkModelRead: the engine's read after an event, Ports and
+// Portals, with 1 % of the ports and portals changed since the last one.
+func BenchmarkModelRead(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			k := benchTree(b, n)
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			m, err := New(k.FS(), Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), RescanEvery: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			heap := float64(after.HeapAlloc) - float64(before.HeapAlloc)
+			watches := float64(m.Stats().Watches)
+			m.mu.Lock()
+			m.stats.Reads = 0
+			m.mu.Unlock()
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				change(b, k, n, i+1)
+				b.StartTimer()
+				if _, err := m.Ports(); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := m.Portals(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			s := m.Stats()
+			b.ReportMetric(float64(s.Reads)/float64(b.N), "configfs-reads/op")
+			b.ReportMetric(heap, "model-heap-B") // after the loop: ResetTimer clears metrics
+			b.ReportMetric(watches, "watches")
+			if s.Rescans != 1 {
+				b.Errorf("stats %+v: a rescan during the benchmark", s)
+			}
+		})
+	}
+}
+
+// BenchmarkFullRead: the same reads through configfs.FS (today's cost).
+func BenchmarkFullRead(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			k := benchTree(b, n)
+			fsys := k.FS()
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				change(b, k, n, i+1)
+				b.StartTimer()
+				if _, err := fsys.Ports(); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := fsys.Portals(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

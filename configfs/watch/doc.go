@@ -1,0 +1,70 @@
+// Package watch keeps an in-memory model of the parts of configfs the
+// daemon reads, current by inotify, so that a read after an event costs
+// the objects that changed, not the whole tree.
+//
+// # Design
+//
+// Model answers the engine's Tree (Ports, Links, Portals, Portal,
+// Subsystems; Unlink, Relink, SetISER) by running configfs.FS's own read
+// code over a caching configfs.Ops: the answers are FS's by construction
+// (same validation, ordering and errors); only where the bytes come from
+// differs. The cache holds, per path under the root, the results of the
+// four read calls FS makes (ReadDirNames, ReadAttrs, Lstat, Readlink).
+// A directory's listing and attributes are cached only while the
+// directory is watched, an entry's Lstat and Readlink only while its
+// parent is; the watch is added before the read, so a change is either in
+// what was read or an event still to come. Results that are neither a
+// success nor "does not exist" are never cached.
+//
+// Every read first drains the inotify descriptor without blocking (the
+// kernel queues an event inside the writing system call, so every write
+// that completed is seen) and turns each event into invalidations: an
+// entry created, removed or renamed (mkdir, rmdir, ln -s, rm) drops the
+// directory's listing and attributes and everything known under that
+// name; an attribute written (IN_MODIFY on its directory) drops the
+// directory's attributes; a directory going away (IN_DELETE_SELF,
+// IN_MOVE_SELF, or IN_IGNORED for a watch the model did not remove)
+// drops its subtree. The model's own writes invalidate directly as well.
+// Only the dropped entries are read again. Events are read only under the
+// model's mutex, at read time; Changed is a goroutine polling the
+// descriptor for readability, which never reads events.
+//
+// # What is watched
+//
+// The root, nvmet, target; nvmet/ports, every port and its subsystems
+// directory; nvmet/subsystems; target/iscsi, every target, TPG, np
+// directory and np. That is 2 watches per nvmet port and, for a portal,
+// 1 for its np plus 1 per np directory, TPG and target it does not share
+// with another portal: 4 for a portal alone in its target. 4096 ports and
+// 4096 single-portal targets take 24,582 watches (measured). The default
+// fs.inotify.max_user_watches on small machines is 8192 (newer kernels
+// scale it with memory); it is per user, shared with every other inotify
+// user of root. When a watch cannot be added (ENOSPC, logged with the
+// sysctl's name) the model falls back to full reads (configfs.FS) until a
+// rescan can watch everything again.
+//
+// # Rescans
+//
+// A full rescan forgets the cache, reads the tree whole (every port's
+// links included) and watches it anew, removing watches left over. It
+// runs at New; after IN_Q_OVERFLOW, IN_UNMOUNT, a failed read of the
+// events, or the loss of a top-level directory (root, nvmet, target,
+// nvmet/ports, nvmet/subsystems, target/iscsi); when a read finds that
+// nvmet/ports, nvmet/subsystems, target or target/iscsi is not the
+// directory (device, inode) it watched — configfs reports no event when
+// a module's tree appears or vanishes, nor when it is (un)mounted; after
+// Invalidate (the caller's module uevents); and at the first read
+// RescanEvery (10 minutes) after the last one, or on Rescan. The last two
+// are trusted: what the model would have answered is compared, object by
+// object, with what the rescan read, and every difference is logged
+// ("configfs model disagreed with a rescan") and counted in
+// Stats.Disagreements — a bug, since no event was lost. The rescan wins.
+//
+// # Limits
+//
+// The model trusts what configfs reports through inotify (KERNEL.md,
+// "Watching configfs"): the kernel changes no link and no iser by itself.
+// Changes made other than through the file system are seen only by the
+// identity check, Invalidate or a rescan. Changed also fires on the
+// model's own writes.
+package watch

@@ -1,0 +1,403 @@
+package watch
+
+import (
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nvmet-rebind/nvmet-rebind/configfs"
+)
+
+// Options tune a Model; the zero value is usable.
+type Options struct {
+	// RescanEvery makes the first read after this long since the last
+	// rescan a full rescan (compared with the model). 0: 10 minutes;
+	// negative: never (the caller calls Rescan).
+	RescanEvery time.Duration
+	// NotifyPause is how long Changed stays quiet after a signal when no
+	// read drains the events (default 100ms).
+	NotifyPause time.Duration
+	Logger      *slog.Logger     // slog.Default when nil
+	Now         func() time.Time // clock; time.Now when nil
+}
+
+// Stats counts what the model did since New.
+type Stats struct {
+	Rescans       uint64 // full rescans, New's included
+	Disagreements uint64 // objects a trusted rescan found different from the model (bugs)
+	Events        uint64 // inotify events applied
+	Overflows     uint64 // IN_Q_OVERFLOW seen
+	Watches       int    // inotify watches held now
+	WatchErrors   uint64 // inotify_add_watch failures other than a missing directory
+	Fallback      bool   // watches ran out: reads are full reads
+	Reads         uint64 // Ops reads that went to configfs
+	Hits          uint64 // Ops reads answered by the model
+}
+
+// Model is configfs as the daemon reads it, kept current by inotify. It
+// implements the engine's Tree (rebind.Tree). Safe for concurrent use.
+type Model struct {
+	mu   sync.Mutex
+	fs   *configfs.FS // the real tree: writes, and reads in fallback
+	cfs  *configfs.FS // the same reads over the cache
+	ops  configfs.Ops
+	root string
+	log  *slog.Logger
+	opts Options
+
+	fd      int
+	buf     []byte
+	nodes   map[string]*node // path → node
+	byWD    map[int32]*node  // live watches
+	top     map[string]bool  // directories whose loss means a rescan
+	idents  map[string]ident // the top directories' identity at the last rescan
+	gen     uint64           // bumped at every invalidation
+	pending string           // why the next read must rescan ("": no need)
+
+	fallback   bool
+	lastRescan time.Time
+	stats      Stats
+
+	changed chan struct{}
+	drained chan struct{} // a token after every drain (wakes notify)
+	drains  atomic.Uint64 // drains so far
+	done    chan struct{}
+	stop    [2]int // a pipe: closing stops notify
+	wg      sync.WaitGroup
+	closed  bool
+
+	// Test hooks.
+	addWatchHook  func(path string) error // fails inotify_add_watch
+	overflowNext  bool                    // the next drain acts as IN_Q_OVERFLOW
+	discardEvents bool                    // drain reads events and ignores them (configfs without events)
+	noIdentCheck  bool                    // skip the per-read identity check
+}
+
+// ident is a directory's identity: (dev, inode), or absent.
+type ident struct {
+	dev, ino uint64
+	ok       bool
+}
+
+// New watches the tree of fsys and reads it whole. Close releases the
+// inotify descriptor and the goroutine behind Changed.
+func New(fsys *configfs.FS, opts Options) (*Model, error) {
+	if opts.RescanEvery == 0 {
+		opts.RescanEvery = 10 * time.Minute
+	}
+	if opts.NotifyPause <= 0 {
+		opts.NotifyPause = 100 * time.Millisecond
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("configfs watch: inotify_init1: %w", err)
+	}
+	var stop [2]int
+	if err := unix.Pipe2(stop[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("configfs watch: pipe: %w", err)
+	}
+	root := fsys.Root()
+	m := &Model{
+		fs: fsys, ops: fsys.Ops(), root: root, log: opts.Logger, opts: opts,
+		fd: fd, buf: make([]byte, 64<<10), stop: stop,
+		changed: make(chan struct{}, 1), drained: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+	m.cfs = configfs.NewWithOps(root, cacheOps{m})
+	m.top = map[string]bool{}
+	for _, d := range m.topDirs() {
+		m.top[d] = true
+	}
+	m.nodes, m.byWD = map[string]*node{}, map[int32]*node{}
+	m.mu.Lock()
+	m.rescan(false, "start")
+	m.mu.Unlock()
+	m.wg.Add(1)
+	go m.notify()
+	return m, nil
+}
+
+// topDirs are the root and the directories the nvmet and LIO trees hang
+// from; the identity of the last four is checked at every read.
+func (m *Model) topDirs() []string {
+	return []string{
+		m.root, filepath.Join(m.root, "nvmet"), filepath.Join(m.root, "target"),
+		filepath.Join(m.root, "nvmet", "ports"), filepath.Join(m.root, "nvmet", "subsystems"),
+		filepath.Join(m.root, "target", "iscsi"),
+	}
+}
+
+// Close stops Changed and releases the inotify descriptor.
+func (m *Model) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	close(m.done)
+	unix.Close(m.stop[1]) // wakes notify's poll
+	m.mu.Unlock()
+	m.wg.Wait()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	unix.Close(m.stop[0])
+	return unix.Close(m.fd)
+}
+
+// Changed is signalled when configfs changed (an admin's write, or the
+// model's own) since the model last looked: the caller reconciles, and its
+// reads bring the model up to date.
+func (m *Model) Changed() <-chan struct{} { return m.changed }
+
+// Invalidate makes the next read a full rescan (a module was loaded or
+// unloaded: nvmet, nvmet_rdma, iscsi_target_mod, target_core_mod).
+func (m *Model) Invalidate() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.want("invalidated by the caller")
+}
+
+// Rescan reads configfs whole now and compares it with the model: every
+// difference is logged and counted as a disagreement (a bug), and the
+// rescan wins.
+func (m *Model) Rescan() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.drain()
+	m.rescan(m.pending == "", "requested")
+}
+
+// Stats returns the counters.
+func (m *Model) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.stats
+	s.Watches = len(m.byWD)
+	return s
+}
+
+// want asks for a full rescan at the next read (the model cannot trust
+// itself: no comparison is made).
+func (m *Model) want(why string) {
+	if m.pending == "" {
+		m.pending = why
+	}
+}
+
+// prepare brings the model up to date before a read and returns the tree
+// to read: the cached one, or the real one when watches ran out.
+func (m *Model) prepare() *configfs.FS {
+	m.drain()
+	if m.pending == "" && !m.noIdentCheck {
+		if d := m.identChanged(); d != "" {
+			m.want(d + " is not the directory watched (module loaded or unloaded, configfs mounted or unmounted)")
+		}
+	}
+	switch {
+	case m.pending != "":
+		m.rescan(false, m.pending)
+	case m.opts.RescanEvery > 0 && m.opts.Now().Sub(m.lastRescan) >= m.opts.RescanEvery:
+		m.rescan(true, "periodic")
+	}
+	if m.fallback {
+		return m.fs
+	}
+	return m.cfs
+}
+
+// identOf reads a directory's identity through the real Ops.
+func (m *Model) identOf(path string) ident {
+	st, err := m.ops.Lstat(path)
+	if err != nil || !st.IsDir() {
+		return ident{}
+	}
+	if s, ok := st.Sys().(*syscall.Stat_t); ok {
+		return ident{dev: uint64(s.Dev), ino: s.Ino, ok: true}
+	}
+	return ident{ok: true}
+}
+
+// identChanged names the first top directory that appeared, vanished or
+// was replaced since the last rescan ("" when none): events do not report
+// a module's tree appearing or vanishing, nor configfs being (un)mounted.
+func (m *Model) identChanged() string {
+	for _, d := range m.identDirs() {
+		if m.identOf(d) != m.idents[d] {
+			return d
+		}
+	}
+	return ""
+}
+
+func (m *Model) identDirs() []string { return m.topDirs()[2:] }
+
+// rescan forgets the cache and reads configfs whole, watching it anew.
+// When the model trusted itself (a periodic or requested rescan), what it
+// would have answered is compared with what the rescan read.
+func (m *Model) rescan(trusted bool, why string) {
+	var before map[string]string
+	if trusted && !m.fallback {
+		before = snapshot(m.cfs)
+	}
+	m.stats.Rescans++
+	m.pending = ""
+	m.fallback, m.stats.Fallback = false, false
+	old := m.byWD
+	m.byWD, m.nodes = map[int32]*node{}, map[string]*node{}
+	m.gen++
+	for _, d := range m.topDirs()[:3] {
+		m.watch(m.node(d)) // root, nvmet, target: a tree appearing is noticed
+	}
+	m.idents = map[string]ident{}
+	for _, d := range m.identDirs() {
+		m.idents[d] = m.identOf(d)
+	}
+	after := snapshot(m.cfs)
+	for wd := range old {
+		if m.byWD[wd] == nil {
+			unix.InotifyRmWatch(m.fd, uint32(wd))
+		}
+	}
+	m.lastRescan = m.opts.Now()
+	m.log.Debug("configfs rescanned", "why", why, "watches", len(m.byWD), "fallback", m.fallback)
+	if before == nil {
+		return
+	}
+	for _, k := range unionKeys(before, after) {
+		if before[k] != after[k] {
+			m.stats.Disagreements++
+			m.log.Warn("configfs model disagreed with a rescan", "object", k, "model", before[k], "rescan", after[k])
+		}
+	}
+}
+
+// snapshot reads everything the model answers for, as text per object.
+func snapshot(f *configfs.FS) map[string]string {
+	s := map[string]string{}
+	ports, err := f.Ports()
+	s["nvmet ports"] = errText(err)
+	for _, p := range ports {
+		s["nvmet port "+p.ID] = fmt.Sprintf("%s %s %s %s err=%v", p.Trtype, p.Adrfam, p.Traddr, p.Trsvcid, p.Err)
+		if p.Err != nil {
+			continue
+		}
+		links, err := f.Links(p.ID)
+		s["nvmet port "+p.ID+" links"] = fmt.Sprintf("%v err=%s", links, errText(err))
+	}
+	portals, err := f.Portals()
+	s["lio portals"] = errText(err)
+	for _, p := range portals {
+		s["lio portal "+p.ID()] = fmt.Sprintf("iser=%v addr=%v err=%v", p.ISER, p.Addr, p.Err)
+	}
+	subs, err := f.Subsystems()
+	s["nvmet subsystems"] = fmt.Sprintf("%q err=%s", subs, errText(err))
+	return s
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
+
+func unionKeys(a, b map[string]string) []string {
+	var keys []string
+	for k := range a {
+		keys = append(keys, k)
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// --- rebind.Tree ---
+
+// Ports is configfs.FS.Ports, from the model.
+func (m *Model) Ports() ([]configfs.Port, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.prepare().Ports()
+}
+
+// Links is configfs.FS.Links, from the model.
+func (m *Model) Links(portID string) ([]configfs.Link, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.prepare().Links(portID)
+}
+
+// Port is configfs.FS.Port, from the model.
+func (m *Model) Port(portID string) (configfs.Port, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.prepare().Port(portID)
+}
+
+// Portals is configfs.FS.Portals, from the model.
+func (m *Model) Portals() ([]configfs.Portal, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.prepare().Portals()
+}
+
+// Portal is configfs.FS.Portal, from the model.
+func (m *Model) Portal(id string) (configfs.Portal, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.prepare().Portal(id)
+}
+
+// Subsystems is configfs.FS.Subsystems, from the model.
+func (m *Model) Subsystems() ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.prepare().Subsystems()
+}
+
+// Unlink is configfs.FS.Unlink; the model marks the port's links changed.
+func (m *Model) Unlink(portID string, l configfs.Link) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	err := m.fs.Unlink(portID, l)
+	m.touchEntry(filepath.Join(m.root, "nvmet", "ports", portID, "subsystems", l.Name))
+	return err
+}
+
+// Relink is configfs.FS.Relink; the model marks the port's links changed.
+func (m *Model) Relink(portID string, l configfs.Link) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	err := m.fs.Relink(portID, l)
+	m.touchEntry(filepath.Join(m.root, "nvmet", "ports", portID, "subsystems", l.Name))
+	return err
+}
+
+// SetISER is configfs.FS.SetISER; the model marks the portal changed.
+func (m *Model) SetISER(portalID string, on bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	err := m.fs.SetISER(portalID, on)
+	if iqn, tpg, np, perr := configfs.ParsePortalID(portalID); perr == nil {
+		m.touchAttr(filepath.Join(m.root, "target", "iscsi", iqn, tpg, "np", np, "iser"))
+	}
+	return err
+}
