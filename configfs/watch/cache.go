@@ -115,6 +115,8 @@ func (c cacheOps) ReadDirNames(dir string) ([]string, error) {
 	m.stats.Reads++
 	if watched && err == nil {
 		n.list, n.listOK = slices.Clone(names), true
+	} else {
+		m.uncached++
 	}
 	return names, err
 }
@@ -150,6 +152,8 @@ func (c cacheOps) ReadAttrs(dirs, names []string) []configfs.Attrs {
 		out[i] = res[j]
 		if n := missNodes[j]; watched[j] && cacheable(res[j]) {
 			n.attrsKey, n.attrs, n.attrsOK = key, res[j], true
+		} else {
+			m.uncached++
 		}
 	}
 	return out
@@ -183,6 +187,8 @@ func (c cacheOps) Lstat(path string) (fs.FileInfo, error) {
 	m.stats.Reads++
 	if watched && notExistOrNil(err) {
 		n.st, n.stEr, n.stOK = st, err, true
+	} else {
+		m.uncached++
 	}
 	return st, err
 }
@@ -199,6 +205,8 @@ func (c cacheOps) Readlink(path string) (string, error) {
 	m.stats.Reads++
 	if watched && notExistOrNil(err) {
 		n.link, n.linkEr, n.linkOK = target, err, true
+	} else {
+		m.uncached++
 	}
 	return target, err
 }
@@ -226,9 +234,9 @@ func (c cacheOps) WriteAttr(path, value string) error {
 // touchEntry marks what creating or removing path changes: its parent's
 // listing and attributes, and path itself with everything under it.
 func (m *Model) touchEntry(path string) {
+	m.gen++
 	if p := m.nodes[filepath.Dir(path)]; p != nil {
 		p.listOK, p.attrsOK = false, false
-		m.gen++
 	}
 	if n := m.nodes[path]; n != nil {
 		m.drop(n)
@@ -238,9 +246,9 @@ func (m *Model) touchEntry(path string) {
 // touchAttr marks what writing the attribute at path changes: the
 // attributes of its directory.
 func (m *Model) touchAttr(path string) {
+	m.gen++
 	if p := m.nodes[filepath.Dir(path)]; p != nil {
 		p.attrsOK = false
-		m.gen++
 	}
 	if n := m.nodes[path]; n != nil {
 		n.stOK = false

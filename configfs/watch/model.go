@@ -39,6 +39,7 @@ type Stats struct {
 	Fallback      bool   // watches ran out: reads are full reads
 	Reads         uint64 // Ops reads that went to configfs
 	Hits          uint64 // Ops reads answered by the model
+	MemoHits      uint64 // Ports, Portals, Subsystems answered whole (nothing changed since)
 }
 
 // Model is configfs as the daemon reads it, kept current by inotify. It
@@ -52,14 +53,22 @@ type Model struct {
 	log  *slog.Logger
 	opts Options
 
-	fd      int
-	buf     []byte
-	nodes   map[string]*node // path → node
-	byWD    map[int32]*node  // live watches
-	top     map[string]bool  // directories whose loss means a rescan
-	idents  map[string]ident // the top directories' identity at the last rescan
-	gen     uint64           // bumped at every invalidation
-	pending string           // why the next read must rescan ("": no need)
+	fd     int
+	buf    []byte
+	nodes  map[string]*node // path → node
+	byWD   map[int32]*node  // live watches
+	top    map[string]bool  // directories whose loss means a rescan
+	idents map[string]ident // the top directories' identity at the last rescan
+	gen    uint64           // bumped at every invalidation
+	// uncached counts reads answered by configfs and not kept (errors,
+	// unwatched directories): a result built from one is not memoised.
+	uncached uint64
+	// Whole answers of Ports, Portals and Subsystems, valid while gen has
+	// not moved: the event path reads an unchanged tree in O(1).
+	memoPorts   memo[[]configfs.Port]
+	memoPortals memo[[]configfs.Portal]
+	memoSubsys  memo[[]string]
+	pending     string // why the next read must rescan ("": no need)
 
 	fallback   bool
 	lastRescan time.Time
@@ -78,6 +87,32 @@ type Model struct {
 	overflowNext  bool                    // the next drain acts as IN_Q_OVERFLOW
 	discardEvents bool                    // drain reads events and ignores them (configfs without events)
 	noIdentCheck  bool                    // skip the per-read identity check
+}
+
+// memo is one whole answer and the generation it was read at.
+type memo[T any] struct {
+	v   T
+	gen uint64
+	ok  bool
+}
+
+// memoised answers read() from the memo when nothing was invalidated
+// since it was stored, else calls it and keeps its answer when every read
+// behind it came from (and stayed in) the cache. Callers get a copy of the
+// slice: the engine may sort or append.
+func memoised[E any](m *Model, mo *memo[[]E], read func(*configfs.FS) ([]E, error)) ([]E, error) {
+	f := m.prepare()
+	if f == m.cfs && mo.ok && mo.gen == m.gen {
+		m.stats.MemoHits++
+		return slices.Clone(mo.v), nil
+	}
+	gen, unc := m.gen, m.uncached
+	v, err := read(f)
+	mo.ok = false
+	if err == nil && f == m.cfs && gen == m.gen && unc == m.uncached {
+		mo.v, mo.gen, mo.ok = slices.Clone(v), gen, true
+	}
+	return v, err
 }
 
 // ident is a directory's identity: (dev, inode), or absent.
@@ -251,7 +286,7 @@ func (m *Model) identDirs() []string { return m.topDirs()[2:] }
 func (m *Model) rescan(trusted bool, why string) {
 	var before map[string]string
 	if trusted && !m.fallback {
-		before = snapshot(m.cfs)
+		before = snapshot(modelAnswers{m})
 	}
 	m.stats.Rescans++
 	m.pending = ""
@@ -285,8 +320,38 @@ func (m *Model) rescan(trusted bool, why string) {
 	}
 }
 
+// answers is the read side of the Tree: configfs.FS, or the model.
+type answers interface {
+	Ports() ([]configfs.Port, error)
+	Links(portID string) ([]configfs.Link, error)
+	Portals() ([]configfs.Portal, error)
+	Subsystems() ([]string, error)
+}
+
+// modelAnswers is what the model would answer now, whole answers
+// included, without draining or rescanning (it runs under m.mu).
+type modelAnswers struct{ m *Model }
+
+func (a modelAnswers) Ports() ([]configfs.Port, error) {
+	return fromMemo(a.m, &a.m.memoPorts, a.m.cfs.Ports)
+}
+func (a modelAnswers) Links(id string) ([]configfs.Link, error) { return a.m.cfs.Links(id) }
+func (a modelAnswers) Portals() ([]configfs.Portal, error) {
+	return fromMemo(a.m, &a.m.memoPortals, a.m.cfs.Portals)
+}
+func (a modelAnswers) Subsystems() ([]string, error) {
+	return fromMemo(a.m, &a.m.memoSubsys, a.m.cfs.Subsystems)
+}
+
+func fromMemo[E any](m *Model, mo *memo[[]E], read func() ([]E, error)) ([]E, error) {
+	if mo.ok && mo.gen == m.gen {
+		return slices.Clone(mo.v), nil
+	}
+	return read()
+}
+
 // snapshot reads everything the model answers for, as text per object.
-func snapshot(f *configfs.FS) map[string]string {
+func snapshot(f answers) map[string]string {
 	s := map[string]string{}
 	ports, err := f.Ports()
 	s["nvmet ports"] = errText(err)
@@ -335,7 +400,7 @@ func unionKeys(a, b map[string]string) []string {
 func (m *Model) Ports() ([]configfs.Port, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.prepare().Ports()
+	return memoised(m, &m.memoPorts, (*configfs.FS).Ports)
 }
 
 // Links is configfs.FS.Links, from the model.
@@ -356,7 +421,7 @@ func (m *Model) Port(portID string) (configfs.Port, error) {
 func (m *Model) Portals() ([]configfs.Portal, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.prepare().Portals()
+	return memoised(m, &m.memoPortals, (*configfs.FS).Portals)
 }
 
 // Portal is configfs.FS.Portal, from the model.
@@ -370,7 +435,7 @@ func (m *Model) Portal(id string) (configfs.Portal, error) {
 func (m *Model) Subsystems() ([]string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.prepare().Subsystems()
+	return memoised(m, &m.memoSubsys, (*configfs.FS).Subsystems)
 }
 
 // Unlink is configfs.FS.Unlink; the model marks the port's links changed.

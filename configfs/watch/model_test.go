@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -207,6 +208,17 @@ func TestReadsComeFromTheModel(t *testing.T) {
 	if r := w.reads(); r != 0 {
 		t.Errorf("unchanged tree: %d reads went to configfs, want 0", r)
 	}
+	// Unchanged since the last answer: the whole answer is reused.
+	hits := w.m.Stats().MemoHits
+	if _, err := w.m.Ports(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.m.Portals(); err != nil {
+		t.Fatal(err)
+	}
+	if h := w.m.Stats().MemoHits - hits; h != 2 {
+		t.Errorf("unchanged tree: %d whole answers reused, want 2", h)
+	}
 	if err := w.admin().WriteAttr(w.path("nvmet/ports/120/addr_traddr"), "198.51.100.1"); err != nil {
 		t.Fatal(err)
 	}
@@ -218,6 +230,12 @@ func TestReadsComeFromTheModel(t *testing.T) {
 		if p.ID == "120" && p.Traddr != "198.51.100.1" {
 			t.Errorf("port 120 reads %s", p.Traddr)
 		}
+	}
+	// A caller changing its copy does not change the next answer.
+	ports[0].Traddr = "mutated"
+	again, _ := w.m.Ports()
+	if again[0].Traddr == "mutated" {
+		t.Error("the memoised answer is shared with callers")
 	}
 }
 
@@ -451,6 +469,7 @@ func TestPeriodicRescanFindsDisagreement(t *testing.T) {
 	n := w.m.nodes[w.path("nvmet/ports/2")]
 	n.attrs.Values = append([]string(nil), n.attrs.Values...)
 	n.attrs.Values[2] = "203.0.113.99"
+	w.m.gen++ // the whole answers are rebuilt from the (corrupt) cache
 	w.m.mu.Unlock()
 	if p, _ := w.m.Ports(); p[1].Traddr != "203.0.113.99" {
 		t.Fatalf("corruption did not take: %+v", p[1])
@@ -463,6 +482,31 @@ func TestPeriodicRescanFindsDisagreement(t *testing.T) {
 	}
 	if !strings.Contains(w.logs.String(), "configfs model disagreed with a rescan") || !strings.Contains(w.logs.String(), "nvmet port 2") {
 		t.Errorf("disagreement not logged:\n%s", w.logs)
+	}
+}
+
+// TestPeriodicRescanChecksWholeAnswers: a stale whole answer (the memo
+// of Ports) is a disagreement too.
+func TestPeriodicRescanChecksWholeAnswers(t *testing.T) {
+	now := time.Unix(1e9, 0)
+	w := newWorld(t, t.TempDir(), basic, Options{RescanEvery: time.Minute, Now: func() time.Time { return now }})
+	w.same("start")
+	w.m.Ports()
+	w.m.mu.Lock()
+	if !w.m.memoPorts.ok {
+		w.m.mu.Unlock()
+		t.Fatal("Ports not memoised on an unchanged tree")
+	}
+	w.m.memoPorts.v = slices.Clone(w.m.memoPorts.v)
+	w.m.memoPorts.v[1].Trsvcid = "4499"
+	w.m.mu.Unlock()
+	if p, _ := w.m.Ports(); p[1].Trsvcid != "4499" {
+		t.Fatalf("corruption did not take: %+v", p[1])
+	}
+	now = now.Add(time.Minute)
+	w.same("after the periodic rescan")
+	if s := w.m.Stats(); s.Disagreements != 1 {
+		t.Errorf("stats %+v: want the stale whole answer found", s)
 	}
 }
 
