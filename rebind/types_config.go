@@ -16,8 +16,15 @@ type Config struct {
 	// PinDevice rebinds only onto an RDMA device with the node GUID the
 	// listener was last seen alive on.
 	PinDevice bool
-	// ResyncInterval is the period of the full resync.
+	// ResyncInterval is the period of the resync: a reconcile with no
+	// event (configfs from the daemon's inotify model, the kernel's tables
+	// read afresh).
 	ResyncInterval time.Duration
+	// RescanInterval is the period of the daemon's full rescan of
+	// configfs, the safety net of its inotify model (configfs/watch): a
+	// rescan that disagrees with the model is logged as a bug. 0 = only
+	// at start and when the model knows it is stale.
+	RescanInterval time.Duration
 	// NvmetConfig and TargetConfig are nvmetcli's and targetcli's saved
 	// configs; links and iSER portals they declare that the boot-time
 	// restore could not create (no address or RDMA device yet) are
@@ -34,5 +41,5 @@ type Config struct {
 
 // DefaultConfig is what an empty file means.
 func DefaultConfig() Config {
-	return Config{GiveUpAfter: 10 * time.Minute, ResyncInterval: 30 * time.Second, BootWindow: 10 * time.Minute}
+	return Config{GiveUpAfter: 10 * time.Minute, ResyncInterval: 30 * time.Second, RescanInterval: 10 * time.Minute, BootWindow: 10 * time.Minute}
 }

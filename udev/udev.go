@@ -29,6 +29,9 @@ type Hint struct {
 	Source string // SourceUevent or SourceRtnetlink
 	Reason string // for humans: "infiniband add rxe0", "resync after uevent socket: read: no buffer space available"
 	Resync bool   // events may have been lost (a (re)connect or an unparsable event)
+	// Configfs: a module whose configfs tree the daemon reads was loaded
+	// or unloaded (the tree appears or vanishes without inotify events).
+	Configfs bool
 }
 
 // Event is one kernel uevent datagram: "ACTION@DEVPATH\0KEY=VALUE\0...".
@@ -78,12 +81,26 @@ func newEvent(action, devpath string, env map[string]string) (Event, error) {
 	}, nil
 }
 
+// ConfigfsModules are the modules whose configfs trees the daemon reads
+// (uevent names: dashes become underscores).
+var ConfigfsModules = map[string]bool{
+	"configfs": true, "nvmet": true, "nvmet_rdma": true,
+	"target_core_mod": true, "iscsi_target_mod": true, "ib_isert": true,
+}
+
 // Relevant reports whether e can change where listeners may bind: an RDMA
 // device (SUBSYSTEM=infiniband) or a netdev (SUBSYSTEM=net) added, removed or
-// renamed. infiniband_verbs, infiniband_mad, module and the rest are not.
+// renamed; or whether it changes configfs without an inotify event: one of
+// ConfigfsModules loaded or unloaded (SUBSYSTEM=module, Hint.Configfs).
+// infiniband_verbs, infiniband_mad, other modules and the rest are not.
 func Relevant(e Event) (Hint, bool) {
 	switch e.Subsystem {
 	case "infiniband", "net":
+	case "module":
+		if (e.Action == "add" || e.Action == "remove") && ConfigfsModules[e.Name] {
+			return Hint{Source: SourceUevent, Reason: "module " + e.Action + " " + e.Name, Configfs: true}, true
+		}
+		return Hint{}, false
 	default:
 		return Hint{}, false
 	}

@@ -53,6 +53,19 @@ func TestRelevant(t *testing.T) {
 		{name: "verbs add", ev: Event{Action: "add", Subsystem: "infiniband_verbs", Name: "uverbs0"}},
 		{name: "mad add", ev: Event{Action: "add", Subsystem: "infiniband_mad", Name: "umad0"}},
 		{name: "module add", ev: Event{Action: "add", Subsystem: "module", Name: "crc32_generic"}},
+		{
+			name: "nvmet loaded",
+			ev:   Event{Action: "add", Subsystem: "module", Devpath: "/module/nvmet", Name: "nvmet"},
+			want: Hint{Source: SourceUevent, Reason: "module add nvmet", Configfs: true},
+			ok:   true,
+		},
+		{
+			name: "iscsi_target_mod unloaded",
+			ev:   Event{Action: "remove", Subsystem: "module", Devpath: "/module/iscsi_target_mod", Name: "iscsi_target_mod"},
+			want: Hint{Source: SourceUevent, Reason: "module remove iscsi_target_mod", Configfs: true},
+			ok:   true,
+		},
+		{name: "module change", ev: Event{Action: "change", Subsystem: "module", Name: "nvmet"}},
 		{name: "zero", ev: Event{}},
 	}
 	for _, tt := range tests {

@@ -70,6 +70,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					&cli.BoolFlag{Name: "dry-run", Usage: "plan and log, write nothing to configfs"},
 					&cli.StringFlag{Name: "metrics-listen", Usage: "serve Prometheus metrics on this loopback address (e.g. 127.0.0.1:9767); off when empty"},
 					&cli.StringFlag{Name: "metrics-textfile", Usage: "write the metrics to this *.prom file for node_exporter's textfile collector after every reconcile (overrides [metrics] textfile); off when empty"},
+					&cli.BoolFlag{Name: "no-watch", Usage: "read all of configfs at every event instead of keeping a model of it with inotify"},
 				}},
 			{Name: "reload", Usage: "validate the config, then make the running daemon re-read it", Action: cmdReload},
 			{Name: "status", Usage: "every RDMA port and portal: listening as verified, managed and why", Action: cmdStatus,
@@ -127,7 +128,8 @@ func cmdRun(c *cli.Context) error {
 		return err
 	}
 	err = daemon.Run(c.Context, paths(c), log, daemon.RunOptions{DryRun: c.Bool("dry-run"),
-		MetricsListen: c.String("metrics-listen"), MetricsTextfile: c.String("metrics-textfile"), Version: version, Fault: faultHook()})
+		MetricsListen: c.String("metrics-listen"), MetricsTextfile: c.String("metrics-textfile"), Version: version, Fault: faultHook(),
+		NoWatch: c.Bool("no-watch")})
 	var se *daemon.SetupError
 	switch {
 	case errors.As(err, &se):

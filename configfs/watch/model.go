@@ -206,6 +206,17 @@ func (m *Model) Invalidate() {
 	m.want("invalidated by the caller")
 }
 
+// SetRescanEvery changes the period of the trusted rescan (a reload);
+// 0 or less: never.
+func (m *Model) SetRescanEvery(d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if d <= 0 {
+		d = -1
+	}
+	m.opts.RescanEvery = d
+}
+
 // Rescan reads configfs whole now and compares it with the model: every
 // difference is logged and counted as a disagreement (a bug), and the
 // rescan wins.

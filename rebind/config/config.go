@@ -68,6 +68,7 @@ type fileConfig struct {
 		GiveUpAfter    *duration `toml:"give_up_after"`
 		PinDevice      *bool     `toml:"pin_device"`
 		ResyncInterval *duration `toml:"resync_interval"`
+		RescanInterval *duration `toml:"rescan_interval"`
 	} `toml:"policy"`
 	Boot struct {
 		NvmetConfig  *string   `toml:"nvmet_config"`
@@ -120,7 +121,7 @@ func Parse(name string, b []byte) (rebind.Config, error) {
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		k := und[0]
-		return rebind.Config{}, fmt.Errorf("config %s: line %d: unknown key %q (known: watch.subnet, policy.give_up_after, policy.pin_device, policy.resync_interval, boot.nvmet_config, boot.target_config, boot.window, metrics.textfile)",
+		return rebind.Config{}, fmt.Errorf("config %s: line %d: unknown key %q (known: watch.subnet, policy.give_up_after, policy.pin_device, policy.resync_interval, policy.rescan_interval, boot.nvmet_config, boot.target_config, boot.window, metrics.textfile)",
 			name, keyLine(b, k), clip(k.String()))
 	}
 	c := rebind.DefaultConfig()
@@ -149,6 +150,12 @@ func Parse(name string, b []byte) (rebind.Config, error) {
 			return rebind.Config{}, fmt.Errorf("config %s: line %d: policy.resync_interval %v is below 1s", name, keyLine(b, toml.Key{"policy", "resync_interval"}), d.Duration)
 		}
 		c.ResyncInterval = d.Duration
+	}
+	if d := fc.Policy.RescanInterval; d != nil {
+		if d.Duration != 0 && d.Duration < time.Minute {
+			return rebind.Config{}, fmt.Errorf("config %s: line %d: policy.rescan_interval %v is below 1m (a full rescan reads all of configfs; 0 turns the periodic one off)", name, keyLine(b, toml.Key{"policy", "rescan_interval"}), d.Duration)
+		}
+		c.RescanInterval = d.Duration
 	}
 	if v := fc.Boot.NvmetConfig; v != nil {
 		c.NvmetConfig = *v

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/watch"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/config"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/control"
@@ -61,26 +62,52 @@ type Env struct {
 	Engine *rebind.Engine
 	Kernel *rdma.Live
 	Store  *state.Store
+	// Model is the daemon's inotify model of configfs (nil: configfs is
+	// read whole at every observation, as the one-shot commands do).
+	Model *watch.Model
 }
 
-// Close releases the kernel sockets.
-func (e *Env) Close() error { return e.Kernel.Close() }
+// Close releases the kernel sockets and the model's inotify descriptor.
+func (e *Env) Close() error {
+	if e.Model != nil {
+		e.Model.Close()
+	}
+	return e.Kernel.Close()
+}
 
 // Open builds an engine over the live kernel. ReadOnly never creates,
 // changes or removes anything (the state directory is opened read-only and
 // the engine runs dry); Write opens the state directory for the writer and
 // cleans it: the caller must hold Lock.
 func Open(p Paths, log *slog.Logger, mode Mode, fault func(string) bool) (*Env, error) {
-	return open(p, log, mode, fault, 0)
+	return open(p, log, mode, fault, 0, false)
 }
 
-func open(p Paths, log *slog.Logger, mode Mode, fault func(string) bool, heartbeat time.Duration) (*Env, error) {
+// open builds the engine; with model, configfs is read through an inotify
+// model of it (the daemon), else whole at every observation.
+func open(p Paths, log *slog.Logger, mode Mode, fault func(string) bool, heartbeat time.Duration, model bool) (*Env, error) {
 	cfg, err := config.Load(p.Config)
 	if err != nil {
 		return nil, err
 	}
 	env := &Env{Config: cfg, Kernel: rdma.NewLive(p.Sysfs)}
-	opts := rebind.Options{Tree: configfs.New(p.Configfs), Kernel: env.Kernel, Config: cfg, Logger: log,
+	fsys := configfs.New(p.Configfs)
+	var tree rebind.Tree = fsys
+	if model {
+		rescan := cfg.RescanInterval
+		if rescan == 0 {
+			rescan = -1
+		}
+		m, err := watch.New(fsys, watch.Options{RescanEvery: rescan, Logger: log})
+		if err != nil {
+			// No inotify (instances exhausted, a seccomp filter): the
+			// daemon still works, reading configfs whole every time.
+			log.Warn("configfs model unavailable; reading configfs whole at every event", "err", err)
+		} else {
+			env.Model, tree = m, m
+		}
+	}
+	opts := rebind.Options{Tree: tree, Kernel: env.Kernel, Config: cfg, Logger: log,
 		Declared: saved.Load, HeartbeatEvery: heartbeat}
 	if mode == ReadOnly {
 		env.Store = state.OpenReadOnly(p.State)
@@ -119,6 +146,9 @@ type RunOptions struct {
 	MetricsTextfile string
 	Version         string
 	Fault           func(string) bool // test builds: crash points
+	// NoWatch reads configfs whole at every observation instead of
+	// through the inotify model (run --no-watch).
+	NoWatch bool
 }
 
 // Run is the daemon: until ctx is done or a task fails.
@@ -138,7 +168,7 @@ func Run(ctx context.Context, p Paths, log *slog.Logger, o RunOptions) error {
 	if o.DryRun {
 		mode = ReadOnly
 	}
-	env, err := open(p, log, mode, o.Fault, beat)
+	env, err := open(p, log, mode, o.Fault, beat, !o.NoWatch)
 	if err != nil {
 		return &SetupError{err}
 	}
@@ -156,7 +186,7 @@ func Run(ctx context.Context, p Paths, log *slog.Logger, o RunOptions) error {
 	cfg := env.Config
 	log.Info("starting", "version", o.Version, "configfs", p.Configfs, "watch", fmt.Sprint(cfg.Watch),
 		"give_up_after", cfg.GiveUpAfter, "pin_device", cfg.PinDevice, "resync_interval", cfg.ResyncInterval, "dry_run", o.DryRun,
-		"metrics_textfile", textfilePath(o.MetricsTextfile, cfg))
+		"metrics_textfile", textfilePath(o.MetricsTextfile, cfg), "configfs_model", env.Model != nil, "rescan_interval", cfg.RescanInterval)
 
 	d := &daemon{paths: p, log: log, env: env}
 	srv, err := control.Listen(p.Socket(), d.handler())
@@ -171,7 +201,12 @@ func Run(ctx context.Context, p Paths, log *slog.Logger, o RunOptions) error {
 
 	g, ctx := errgroup.WithContext(ctx)
 	poke := func(h udev.Hint) {
-		log.Debug("event", "source", h.Source, "reason", h.Reason, "resync", h.Resync)
+		log.Debug("event", "source", h.Source, "reason", h.Reason, "resync", h.Resync, "configfs", h.Configfs)
+		if env.Model != nil && (h.Configfs || h.Resync) {
+			// A configfs module loaded or unloaded (its tree appears or
+			// vanishes without an inotify event), or uevents were lost.
+			env.Model.Invalidate()
+		}
 		env.Engine.Poke()
 	}
 	stats := new(udev.Stats)
@@ -332,6 +367,9 @@ func (d *daemon) reload() error {
 		return fmt.Errorf("%w; the daemon keeps its current config", err)
 	}
 	d.env.Engine.SetConfig(cfg)
+	if d.env.Model != nil {
+		d.env.Model.SetRescanEvery(cfg.RescanInterval)
+	}
 	d.log.Info("config reloaded; give-up windows restarted", "watch", fmt.Sprint(cfg.Watch), "give_up_after", cfg.GiveUpAfter)
 	d.notify("STATUS=reconciling; see nvmet-rebind status")
 	d.env.Engine.Poke()
