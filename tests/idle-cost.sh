@@ -1,33 +1,59 @@
 #!/bin/sh
-# idle-cost.sh [SECONDS] [PORTS]: CPU seconds, RSS and wakeups of
-# `nvmet-rebind run` over SECONDS (default 600) with PORTS (default 1000)
-# managed nvmet ports in a configfs-shaped tree and no events. Run on the
-# host: without RDMA netlink every port is managed with listening unknown,
-# so each resync reads every port completely (the worst case).
+# idle-cost.sh [SECONDS] [PORTS] [PORTALS] [model|full]: CPU seconds, RSS
+# and wakeups of `nvmet-rebind run` over SECONDS (default 600) with PORTS
+# nvmet ports (default 4096) and PORTALS LIO iSER portals, one target each
+# as OpenStack Cinder makes them (default 4096), in a configfs-shaped tree
+# on tmpfs, and no events. model (default): configfs through the daemon's
+# inotify model; full: run --no-watch (all of configfs read at every
+# resync). Run on the host: without RDMA devices every object is managed
+# with listening unknown, so each resync plans every object (the worst
+# case). The periodic full rescan is every 10 minutes (rescan_interval).
 set -eu
 SECS=${1:-600}
-PORTS=${2:-1000}
+PORTS=${2:-4096}
+PORTALS=${3:-4096}
+MODE=${4:-model}
 cd "$(dirname "$0")/.."
 make -s build
-W=$(mktemp -d)
-trap 'kill "$PID" 2>/dev/null; rm -rf "$W"' EXIT
+W=$(mktemp -d /dev/shm/nvmet-rebind-idle.XXXXXX 2>/dev/null || mktemp -d)
+PID=
+trap '[ -z "$PID" ] || kill "$PID" 2>/dev/null; rm -rf "$W"' EXIT
 mkdir -p "$W/cfs/nvmet/subsystems/nqn.2024-01.lab:a" "$W/cfs/nvmet/ports" "$W/cfs/target/iscsi"
+ip() { echo "10.$(($1 / 62500)).$(($1 / 250 % 250)).$(($1 % 250 + 1))"; }
 i=1
 while [ $i -le "$PORTS" ]; do
 	d=$W/cfs/nvmet/ports/$i
 	mkdir -p "$d/subsystems"
 	echo rdma >"$d/addr_trtype"
 	echo ipv4 >"$d/addr_adrfam"
-	echo "10.0.$((i / 250)).$((i % 250 + 1))" >"$d/addr_traddr"
+	ip $i >"$d/addr_traddr"
 	echo 4420 >"$d/addr_trsvcid"
 	ln -s ../../../subsystems/nqn.2024-01.lab:a "$d/subsystems/nqn.2024-01.lab:a"
 	i=$((i + 1))
 done
-printf '[policy]\nresync_interval = "30s"\n' >"$W/c.toml"
+i=1
+while [ $i -le "$PORTALS" ]; do
+	np=$W/cfs/target/iscsi/iqn.2010-10.org.openstack:volume-$i/tpgt_1/np/$(ip $i):3260
+	mkdir -p "$np"
+	echo 1 >"$np/iser"
+	echo 1 >"${np%/np/*}/enable"
+	i=$((i + 1))
+done
+printf '[policy]\nresync_interval = "30s"\nrescan_interval = "10m"\n' >"$W/c.toml"
 chmod 600 "$W/c.toml"
-bin/nvmet-rebind --config "$W/c.toml" --configfs-root "$W/cfs" --state-dir "$W/st" --run-dir "$W/run" run 2>"$W/log" &
+flag=
+[ "$MODE" = full ] && flag=--no-watch
+bin/nvmet-rebind --config "$W/c.toml" --configfs-root "$W/cfs" --state-dir "$W/st" --run-dir "$W/run" run $flag 2>"$W/log" &
 PID=$!
-sleep 3
+# Start-up (the first full read) is not idle: measure from the first
+# answer on the control socket.
+i=0
+while ! bin/nvmet-rebind --config "$W/c.toml" --configfs-root "$W/cfs" --state-dir "$W/st" --run-dir "$W/run" status >/dev/null 2>&1; do
+	sleep 0.5
+	i=$((i + 1))
+	[ $i -lt 240 ] || { echo "the daemon did not answer in 120 s" >&2; tail -n 20 "$W/log" >&2; exit 1; }
+done
+sleep 2
 ticks() { awk '{print $14 + $15}' /proc/$PID/stat; }
 ctx() { cat /proc/$PID/task/*/status | awk '/^voluntary_ctxt_switches|^nonvoluntary_ctxt_switches/ {s += $2} END {print s}'; }
 t0=$(ticks)
@@ -38,4 +64,6 @@ c1=$(ctx)
 hz=$(getconf CLK_TCK)
 rss=$(awk '/VmRSS/ {print $2}' /proc/$PID/status)
 hwm=$(awk '/VmHWM/ {print $2}' /proc/$PID/status)
-echo "ports=$PORTS seconds=$SECS cpu_seconds=$(awk "BEGIN {printf \"%.2f\", ($t1 - $t0) / $hz}") rss_kb=$rss rss_peak_kb=$hwm context_switches=$((c1 - c0)) resyncs=$((SECS / 30))"
+echo "mode=$MODE ports=$PORTS portals=$PORTALS seconds=$SECS cpu_seconds=$(awk "BEGIN {printf \"%.2f\", ($t1 - $t0) / $hz}") rss_kb=$rss rss_peak_kb=$hwm context_switches=$((c1 - c0)) resyncs=$((SECS / 30))"
+grep -q 'disagreed' "$W/log" && { echo "the model disagreed with a rescan:" >&2; grep disagreed "$W/log" >&2; exit 1; }
+exit 0
