@@ -122,6 +122,11 @@ type Stats struct {
 	Rebinds        map[string]uint64 // by result: ok, refused, error, unverified
 	LastLatency    time.Duration
 	PendingRetries int
+	// ReconcileTime is the time spent in Reconcile (observe, plan, act,
+	// verify); WriteTime the part of it inside configfs writes (the
+	// kernel's: each write binds or unbinds a listener), over Writes.
+	ReconcileTime, WriteTime time.Duration
+	Writes                   uint64
 }
 
 // New returns an engine; it reads nothing until the first Reconcile.
@@ -312,6 +317,12 @@ func (e *Engine) PlanNow() ([]Item, Observed, error) {
 func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 	e.run.Lock()
 	defer e.run.Unlock()
+	start := time.Now()
+	defer func() {
+		e.mu.Lock()
+		e.stats.ReconcileTime += time.Since(start)
+		e.mu.Unlock()
+	}()
 	pl, obs, err := e.PlanAll()
 	if err != nil {
 		return nil, err
@@ -475,7 +486,7 @@ func (e *Engine) report(outcomes []Outcome, items []Item) {
 // plan's. A write error stops the heal; the journal keeps what is left to
 // do for the next round.
 func (e *Engine) execute(h Heal) error {
-	fsys := e.opt.Tree
+	fsys := timedTree{e.opt.Tree, e}
 	skip := map[Key]bool{}
 	puts, offs := 0, 0
 	for _, s := range h.Steps {
@@ -579,6 +590,35 @@ func (e *Engine) execute(h Heal) error {
 		}
 	}
 	return nil
+}
+
+// timedTree counts the configfs writes and the time spent in them.
+type timedTree struct {
+	Tree
+	e *Engine
+}
+
+func (t timedTree) timed(start time.Time) {
+	d := time.Since(start)
+	t.e.mu.Lock()
+	t.e.stats.WriteTime += d
+	t.e.stats.Writes++
+	t.e.mu.Unlock()
+}
+
+func (t timedTree) Unlink(portID string, l configfs.Link) error {
+	defer t.timed(time.Now())
+	return t.Tree.Unlink(portID, l)
+}
+
+func (t timedTree) Relink(portID string, l configfs.Link) error {
+	defer t.timed(time.Now())
+	return t.Tree.Relink(portID, l)
+}
+
+func (t timedTree) SetISER(portalID string, on bool) error {
+	defer t.timed(time.Now())
+	return t.Tree.SetISER(portalID, on)
 }
 
 // journalPrecondition re-reads the object right before its journal entry

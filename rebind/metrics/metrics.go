@@ -29,27 +29,31 @@ type Collector struct {
 	events *udev.Stats
 
 	listeners, givenUp, rebinds, latency, pending, reconciles, resyncs, reconnects, eventsSeen *prometheus.Desc
+	reconcileTime, writeTime, writes                                                           *prometheus.Desc
 }
 
 // NewCollector returns a collector over eng and the event stats (may be nil).
 func NewCollector(eng *rebind.Engine, events *udev.Stats) *Collector {
 	return &Collector{
 		eng: eng, events: events,
-		listeners:  prometheus.NewDesc(ns+"_listeners", "RDMA listeners by kind and state: managed, alive, dead, stranded (LISTEN on a device that no longer carries the address), unknown (managed and expected ones only for the last four).", []string{"kind", "state"}, nil),
-		givenUp:    prometheus.NewDesc(ns+"_listeners_given_up", "Managed listeners dead or stranded for more than give_up_after: no longer healed until a reload or `nvmet-rebind rebind`.", []string{"kind"}, nil),
-		rebinds:    prometheus.NewDesc(ns+"_rebinds_total", "Rebind attempts by result: ok, refused (address/device not ready), unverified (no LISTEN after), error.", []string{"result"}, nil),
-		latency:    prometheus.NewDesc(ns+"_last_relisten_seconds", "Time from the first write of the last successful rebind to LISTEN verified.", nil, nil),
-		pending:    prometheus.NewDesc(ns+"_pending_retries", "Listeners waiting for a backoff retry.", nil, nil),
-		reconciles: prometheus.NewDesc(ns+"_reconciles_total", "Reconciles run.", nil, nil),
-		resyncs:    prometheus.NewDesc(ns+"_event_source_resyncs_total", "Full resyncs requested by an event source (socket (re)opened, overrun, unparsable event).", []string{"source"}, nil),
-		reconnects: prometheus.NewDesc(ns+"_event_source_reconnects_total", "Event source reconnects after an error (ENOBUFS included).", []string{"source"}, nil),
-		eventsSeen: prometheus.NewDesc(ns+"_events_total", "Kernel events received.", []string{"source"}, nil),
+		listeners:     prometheus.NewDesc(ns+"_listeners", "RDMA listeners by kind and state: managed, alive, dead, stranded (LISTEN on a device that no longer carries the address), unknown (managed and expected ones only for the last four).", []string{"kind", "state"}, nil),
+		givenUp:       prometheus.NewDesc(ns+"_listeners_given_up", "Managed listeners dead or stranded for more than give_up_after: no longer healed until a reload or `nvmet-rebind rebind`.", []string{"kind"}, nil),
+		rebinds:       prometheus.NewDesc(ns+"_rebinds_total", "Rebind attempts by result: ok, refused (address/device not ready), unverified (no LISTEN after), error.", []string{"result"}, nil),
+		latency:       prometheus.NewDesc(ns+"_last_relisten_seconds", "Time from the first write of the last successful rebind to LISTEN verified.", nil, nil),
+		pending:       prometheus.NewDesc(ns+"_pending_retries", "Listeners waiting for a backoff retry.", nil, nil),
+		reconciles:    prometheus.NewDesc(ns+"_reconciles_total", "Reconciles run.", nil, nil),
+		resyncs:       prometheus.NewDesc(ns+"_event_source_resyncs_total", "Full resyncs requested by an event source (socket (re)opened, overrun, unparsable event).", []string{"source"}, nil),
+		reconnects:    prometheus.NewDesc(ns+"_event_source_reconnects_total", "Event source reconnects after an error (ENOBUFS included).", []string{"source"}, nil),
+		eventsSeen:    prometheus.NewDesc(ns+"_events_total", "Kernel events received.", []string{"source"}, nil),
+		reconcileTime: prometheus.NewDesc(ns+"_reconcile_seconds_total", "Time spent reconciling (observe, plan, act, verify).", nil, nil),
+		writeTime:     prometheus.NewDesc(ns+"_configfs_write_seconds_total", "Part of the reconcile time spent inside configfs writes (the kernel binding or unbinding listeners).", nil, nil),
+		writes:        prometheus.NewDesc(ns+"_configfs_writes_total", "configfs writes made (unlink, link, iser).", nil, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.listeners, c.givenUp, c.rebinds, c.latency, c.pending, c.reconciles, c.resyncs, c.reconnects, c.eventsSeen} {
+	for _, d := range []*prometheus.Desc{c.listeners, c.givenUp, c.rebinds, c.latency, c.pending, c.reconciles, c.resyncs, c.reconnects, c.eventsSeen, c.reconcileTime, c.writeTime, c.writes} {
 		ch <- d
 	}
 }
@@ -100,6 +104,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.latency, prometheus.GaugeValue, snap.Stats.LastLatency.Seconds())
 	ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(snap.Stats.PendingRetries))
 	ch <- prometheus.MustNewConstMetric(c.reconciles, prometheus.CounterValue, float64(snap.Stats.Reconciles))
+	ch <- prometheus.MustNewConstMetric(c.reconcileTime, prometheus.CounterValue, snap.Stats.ReconcileTime.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.writeTime, prometheus.CounterValue, snap.Stats.WriteTime.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.writes, prometheus.CounterValue, float64(snap.Stats.Writes))
 	if c.events != nil {
 		s := c.events.Snapshot()
 		for src, n := range map[string]udev.Counts{udev.SourceUevent: s.Uevent, udev.SourceRtnetlink: s.Rtnetlink} {
