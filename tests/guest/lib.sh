@@ -254,13 +254,15 @@ rb() {
 }
 
 # daemon_start [VAR=VALUE…]: start the daemon in the background; wait for
-# its control socket. The environment words are passed through env.
+# its control socket. The environment words are passed through env;
+# DAEMON_ARGS are added to `run` (e.g. --no-watch).
 daemon_start() {
 	need_daemon
 	[ -f "$W/config.toml" ] || write_config
 	mkdir -p "$W/state"
 	echo "---- daemon start $* ----" >>"$W/daemon.log"
-	env "$@" "$DAEMON" --config "$W/config.toml" --state-dir "$W/state" --run-dir "$W/run" --log-level debug run >>"$W/daemon.log" 2>&1 &
+	# shellcheck disable=SC2086 # DAEMON_ARGS: extra words for `run`
+	env "$@" "$DAEMON" --config "$W/config.toml" --state-dir "$W/state" --run-dir "$W/run" --log-level debug run $DAEMON_ARGS >>"$W/daemon.log" 2>&1 &
 	DAEMON_PID=$!
 	echo $DAEMON_PID >"$PIDS/daemon-$DAEMON_PID"
 	_i=0
