@@ -3,9 +3,11 @@ package rebind_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/watch"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
 )
@@ -60,6 +62,34 @@ func BenchmarkObservePlan(b *testing.B) {
 		b.Run(fmt.Sprintf("ports=%d+portals=%d", n, n), func(b *testing.B) {
 			k := bigWorld(b, n)
 			e := benchEngine(b, k)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				items, _, err := e.PlanNow()
+				if err != nil || len(items) != 2*n {
+					b.Fatalf("%d items, %v", len(items), err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkObservePlanModel: the same through the inotify model of
+// configfs (the daemon's event path: nothing changed in configfs).
+func BenchmarkObservePlanModel(b *testing.B) {
+	for _, n := range []int{256, 1024, 4096} {
+		b.Run(fmt.Sprintf("ports=%d+portals=%d", n, n), func(b *testing.B) {
+			k := bigWorld(b, n)
+			m, err := watch.New(k.FS(), watch.Options{Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			j, err := state.Open(stateDir(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			e := rebind.New(rebind.Options{Tree: m, Kernel: k, Store: j, Config: rebind.DefaultConfig()})
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {

@@ -127,6 +127,9 @@ type Stats struct {
 	// kernel's: each write binds or unbinds a listener), over Writes.
 	ReconcileTime, WriteTime time.Duration
 	Writes                   uint64
+	// JournalTime is the time spent writing and removing intent journal
+	// entries (fsync'd).
+	JournalTime time.Duration
 }
 
 // New returns an engine; it reads nothing until the first Reconcile.
@@ -323,12 +326,32 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 		e.stats.ReconcileTime += time.Since(start)
 		e.mu.Unlock()
 	}()
-	pl, obs, err := e.PlanAll()
+	obs, err := e.Observe()
 	if err != nil {
 		return nil, err
 	}
+	observed := time.Now()
+	e.mu.Lock()
+	pl := Plan(obs, e.mem, e.cfg)
+	e.mu.Unlock()
+	planned := time.Now()
 	e.learn(pl, obs, nil)
 	var done []pending
+	if len(pl.Heals) > 0 {
+		// Where a round's time goes (debug: one line per round that acts):
+		// observing, planning, then acting (configfs writes, the journal,
+		// re-reads before each write) and verifying.
+		e.mu.Lock()
+		w0, j0 := e.stats.WriteTime, e.stats.JournalTime
+		e.mu.Unlock()
+		defer func() {
+			e.mu.Lock()
+			w, j := e.stats.WriteTime-w0, e.stats.JournalTime-j0
+			e.mu.Unlock()
+			e.log.Debug("round", "heals", len(pl.Heals), "observe", observed.Sub(start), "plan", planned.Sub(observed),
+				"act_and_verify", time.Since(planned), "configfs_writes", w, "journal", j)
+		}()
+	}
 	for _, h := range pl.Heals {
 		if err := ctx.Err(); err != nil {
 			return pl.Items, err
@@ -514,7 +537,10 @@ func (e *Engine) execute(h Heal) error {
 			}
 			in := s.Intent
 			in.Started = e.opt.Now()
-			if err := e.opt.Store.Put(in); err != nil {
+			t := time.Now()
+			err := e.opt.Store.Put(in)
+			e.journalTime(t)
+			if err != nil {
 				return err
 			}
 			if nPut++; nPut == puts && e.fault("after-journal") {
@@ -584,12 +610,22 @@ func (e *Engine) execute(h Heal) error {
 				}
 			}
 		case OpJournalDelete:
-			if err := e.opt.Store.Delete(s.Key); err != nil {
+			t := time.Now()
+			err := e.opt.Store.Delete(s.Key)
+			e.journalTime(t)
+			if err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+func (e *Engine) journalTime(start time.Time) {
+	d := time.Since(start)
+	e.mu.Lock()
+	e.stats.JournalTime += d
+	e.mu.Unlock()
 }
 
 // timedTree counts the configfs writes and the time spent in them.

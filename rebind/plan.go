@@ -327,18 +327,39 @@ type lkey struct {
 }
 
 func netIndex(obs Observed) netView {
-	v := netView{addrs: map[netip.Addr]rdma.Addr{}, carriers: rdma.IndexCarriers(obs.Devices), devByIdx: map[uint32]rdma.Device{},
-		bound: map[lkey][]rdma.CMID{}, wild: map[lkey]bool{}}
+	// Sized up front: at thousands of listeners, growing these maps and
+	// one slice per listener was most of a plan's garbage (BENCHMARKS.md).
+	v := netView{addrs: make(map[netip.Addr]rdma.Addr, len(obs.Addrs)), carriers: rdma.IndexCarriers(obs.Devices),
+		devByIdx: make(map[uint32]rdma.Device, len(obs.Devices)),
+		bound:    make(map[lkey][]rdma.CMID, len(obs.Listeners)), wild: map[lkey]bool{}}
+	// The bound listeners, sorted by key, share one backing array: each
+	// key's entries are a sub-slice of it (capacity-limited, never
+	// appended to).
+	live := make([]rdma.CMID, 0, len(obs.Listeners))
 	for _, c := range obs.Listeners {
 		if !c.Listening() {
 			continue
 		}
-		k := lkey{c.KernName, unzoned(c.Src)}
 		if c.Port == 0 {
-			v.wild[k] = true
-		} else {
-			v.bound[k] = append(v.bound[k], c)
+			v.wild[lkey{c.KernName, unzoned(c.Src)}] = true
+			continue
 		}
+		live = append(live, c)
+	}
+	slices.SortStableFunc(live, func(a, b rdma.CMID) int {
+		if c := strings.Compare(a.KernName, b.KernName); c != 0 {
+			return c
+		}
+		return unzoned(a.Src).Compare(unzoned(b.Src))
+	})
+	for i := 0; i < len(live); {
+		k := lkey{live[i].KernName, unzoned(live[i].Src)}
+		j := i + 1
+		for j < len(live) && live[j].KernName == k.owner && unzoned(live[j].Src) == k.src {
+			j++
+		}
+		v.bound[k] = live[i:j:j]
+		i = j
 	}
 	for _, a := range obs.Addrs {
 		if _, dup := v.addrs[a.IP.Unmap()]; !dup {
@@ -410,9 +431,10 @@ type group struct {
 // status of every configfs object. It is pure: same input, same output.
 func Plan(obs Observed, mem Memory, cfg Config) Planned {
 	v := netIndex(obs)
-	var p Planned
-	groups := map[Endpoint]*group{}
-	var order []Endpoint
+	n := len(obs.Ports) + len(obs.Portals)
+	p := Planned{Items: make([]Item, 0, n+len(obs.Declared)), Endpoints: make([]EndpointState, 0, n)}
+	groups := make(map[Endpoint]*group, n)
+	order := make([]Endpoint, 0, n)
 	join := func(h holder, ep Endpoint) {
 		g := groups[ep]
 		if g == nil {
@@ -422,7 +444,7 @@ func Plan(obs Observed, mem Memory, cfg Config) Planned {
 		}
 		g.holders = append(g.holders, h)
 	}
-	seen := map[Key]bool{}
+	seen := make(map[Key]bool, n)
 	declared := map[Key]*Declared{}
 	if obs.Now.Before(obs.BootUntil) {
 		for i := range obs.Declared {
