@@ -344,11 +344,12 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 		e.mu.Lock()
 		w0, j0 := e.stats.WriteTime, e.stats.JournalTime
 		e.mu.Unlock()
+		heals := len(pl.Heals)
 		defer func() {
 			e.mu.Lock()
 			w, j := e.stats.WriteTime-w0, e.stats.JournalTime-j0
 			e.mu.Unlock()
-			e.log.Debug("round", "heals", len(pl.Heals), "observe", observed.Sub(start), "plan", planned.Sub(observed),
+			e.log.Debug("round", "heals", heals, "observe", observed.Sub(start), "plan", planned.Sub(observed),
 				"act_and_verify", time.Since(planned), "configfs_writes", w, "journal", j)
 		}()
 	}

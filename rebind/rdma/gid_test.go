@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -212,7 +213,11 @@ func (f *fakeAttrs) seqFirst() map[string]string {
 	return m
 }
 
+var fakeAttrsMu sync.Mutex
+
 func (f *fakeAttrs) read(p string) (string, error) {
+	fakeAttrsMu.Lock()
+	defer fakeAttrsMu.Unlock()
 	n := f.reads[p]
 	f.reads[p]++
 	if err, ok := f.errs[p]; ok {

@@ -2,7 +2,9 @@ package rdma
 
 import (
 	"fmt"
+	"golang.org/x/sys/unix"
 	"io"
+	"io/fs"
 	"os"
 	"slices"
 	"strconv"
@@ -13,7 +15,42 @@ import (
 const maxAttrSize = 4096
 
 // sysfs reads attribute files under an os.Root (the sysfs mount).
-type sysfs struct{ root *os.Root }
+type sysfs struct {
+	root *os.Root
+	// dir, when set, is root's directory opened for openat(2): a single
+	// name is read with openat (O_NOFOLLOW), read, close — three system
+	// calls instead of os.Root's path walk and poller registration (the
+	// GID tables: thousands of files per observation).
+	dir *os.File
+}
+
+// readAt reads the attribute file name (one path element) of s.dir.
+func (s sysfs) readAt(name string) (string, error) {
+	fd, err := unix.Openat(int(s.dir.Fd()), name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return "", &fs.PathError{Op: "openat", Path: name, Err: err}
+	}
+	defer unix.Close(fd)
+	var buf [maxAttrSize + 1]byte
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(fd, buf[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return "", &fs.PathError{Op: "read", Path: name, Err: err}
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	if n > maxAttrSize {
+		return "", fmt.Errorf("%s: larger than %d bytes", name, maxAttrSize)
+	}
+	return strings.TrimSpace(string(buf[:n])), nil
+}
 
 // list returns the entry names of directory dir.
 func (s sysfs) list(dir string) ([]string, error) {
@@ -41,6 +78,9 @@ func validName(n string) bool {
 
 // read returns the trimmed contents of attribute file p.
 func (s sysfs) read(p string) (string, error) {
+	if s.dir != nil && validName(p) {
+		return s.readAt(p)
+	}
 	f, err := s.root.Open(p)
 	if err != nil {
 		return "", err
