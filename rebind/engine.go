@@ -24,6 +24,15 @@ type Kernel interface {
 	Addrs() ([]rdma.Addr, error)
 }
 
+// GIDReuser is a Kernel that can list devices reusing the GID tables of
+// an earlier listing for the ports it had (rdma.Live): the verification
+// at the end of a round judges with the round's GID tables instead of
+// reading them again (thousands of sysfs files on rxe). A change of the
+// tables meanwhile comes with an event, which runs another round.
+type GIDReuser interface {
+	DevicesReusingGIDs(prev []rdma.Device) ([]rdma.Device, error)
+}
+
 // Backoff bounds for refused binds.
 const (
 	backoffMin = 50 * time.Millisecond
@@ -213,11 +222,19 @@ func (e *Engine) Retry(k Key) {
 // Observe reads configfs, the journal and the kernel. Errors that make the
 // observation unusable (configfs unreadable) are returned; kernel read errors
 // are recorded in Observed and make the affected facts unknown.
-func (e *Engine) Observe() (Observed, error) {
+func (e *Engine) Observe() (Observed, error) { return e.observe(nil) }
+
+// observe is Observe; with prev (the devices of the round's first
+// observation), GID tables are reused where the Kernel can.
+func (e *Engine) observe(prev []rdma.Device) (Observed, error) {
 	obs := Observed{Now: e.opt.Now(), Subsystems: map[string]bool{}, LinksUnread: map[string]bool{}}
 	// The kernel first: which listeners are alive decides how much of
 	// configfs must be read (a live port's links are not needed).
-	obs.Devices, obs.DevicesErr = e.opt.Kernel.Devices()
+	if r, ok := e.opt.Kernel.(GIDReuser); ok && prev != nil {
+		obs.Devices, obs.DevicesErr = r.DevicesReusingGIDs(prev)
+	} else {
+		obs.Devices, obs.DevicesErr = e.opt.Kernel.Devices()
+	}
 	obs.Addrs, obs.AddrsErr = e.opt.Kernel.Addrs()
 	if obs.DevicesErr != nil {
 		obs.ListenersErr = obs.DevicesErr
@@ -379,7 +396,13 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 	if len(done) > 0 {
 		// One observation verifies every heal of this round (one cm_id
 		// dump per device, not one per endpoint) and refreshes the status.
-		pl2, obs2, err := e.PlanAll()
+		obs2, err := e.observe(obs.Devices)
+		var pl2 Planned
+		if err == nil {
+			e.mu.Lock()
+			pl2 = Plan(obs2, e.mem, e.cfg)
+			e.mu.Unlock()
+		}
 		outcomes := e.verify(done, pl2, err)
 		if err == nil {
 			pl, obs = pl2, obs2

@@ -332,34 +332,44 @@ func netIndex(obs Observed) netView {
 	v := netView{addrs: make(map[netip.Addr]rdma.Addr, len(obs.Addrs)), carriers: rdma.IndexCarriers(obs.Devices),
 		devByIdx: make(map[uint32]rdma.Device, len(obs.Devices)),
 		bound:    make(map[lkey][]rdma.CMID, len(obs.Listeners)), wild: map[lkey]bool{}}
-	// The bound listeners, sorted by key, share one backing array: each
-	// key's entries are a sub-slice of it (capacity-limited, never
-	// appended to).
-	live := make([]rdma.CMID, 0, len(obs.Listeners))
+	// The bound listeners share one backing array, grouped by key in
+	// table order: each key's entries are a capacity-limited sub-slice
+	// (one allocation instead of one per listener).
+	type span struct{ start, end int }
+	spans := make(map[lkey]span, len(obs.Listeners))
+	n := 0
 	for _, c := range obs.Listeners {
 		if !c.Listening() {
 			continue
 		}
+		k := lkey{c.KernName, unzoned(c.Src)}
 		if c.Port == 0 {
-			v.wild[lkey{c.KernName, unzoned(c.Src)}] = true
+			v.wild[k] = true
 			continue
 		}
-		live = append(live, c)
+		sp := spans[k]
+		sp.end++ // a count, for now
+		spans[k] = sp
+		n++
 	}
-	slices.SortStableFunc(live, func(a, b rdma.CMID) int {
-		if c := strings.Compare(a.KernName, b.KernName); c != 0 {
-			return c
+	at := 0
+	for k, sp := range spans {
+		spans[k] = span{at, at} // end is the fill cursor
+		at += sp.end
+	}
+	backing := make([]rdma.CMID, n)
+	for _, c := range obs.Listeners {
+		if !c.Listening() || c.Port == 0 {
+			continue
 		}
-		return unzoned(a.Src).Compare(unzoned(b.Src))
-	})
-	for i := 0; i < len(live); {
-		k := lkey{live[i].KernName, unzoned(live[i].Src)}
-		j := i + 1
-		for j < len(live) && live[j].KernName == k.owner && unzoned(live[j].Src) == k.src {
-			j++
-		}
-		v.bound[k] = live[i:j:j]
-		i = j
+		k := lkey{c.KernName, unzoned(c.Src)}
+		sp := spans[k]
+		backing[sp.end] = c
+		sp.end++
+		spans[k] = sp
+	}
+	for k, sp := range spans {
+		v.bound[k] = backing[sp.start:sp.end:sp.end]
 	}
 	for _, a := range obs.Addrs {
 		if _, dup := v.addrs[a.IP.Unmap()]; !dup {

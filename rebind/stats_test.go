@@ -6,6 +6,7 @@ import (
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
 )
 
@@ -47,5 +48,75 @@ func TestWriteTimeIsCounted(t *testing.T) {
 	}
 	if st.WriteTime <= 0 || st.WriteTime > st.ReconcileTime {
 		t.Errorf("write time %v, reconcile time %v: want 0 < write ≤ reconcile", st.WriteTime, st.ReconcileTime)
+	}
+}
+
+// reuser counts how the engine lists devices.
+type reuser struct {
+	*fakeKernel
+	full, reused int
+}
+
+func (r *reuser) Devices() ([]rdma.Device, error) {
+	r.full++
+	return r.fakeKernel.Devices()
+}
+
+func (r *reuser) DevicesReusingGIDs(prev []rdma.Device) ([]rdma.Device, error) {
+	r.reused++
+	devs, err := r.fakeKernel.Devices()
+	for i := range devs {
+		for j := range devs[i].Ports {
+			devs[i].Ports[j].GIDs = nil // proves nothing was read; the engine must not need them
+		}
+	}
+	for _, d := range prev {
+		for i := range devs {
+			if devs[i].Index == d.Index {
+				for j := range devs[i].Ports {
+					for _, p := range d.Ports {
+						if p.Index == devs[i].Ports[j].Index {
+							devs[i].Ports[j].GIDs = p.GIDs
+						}
+					}
+				}
+			}
+		}
+	}
+	return devs, err
+}
+
+// TestVerificationReusesGIDTables: the observation that verifies a round's
+// heals lists the devices reusing that round's GID tables (rdma.Live: no
+// second read of thousands of sysfs files); the first one reads them.
+func TestVerificationReusesGIDTables(t *testing.T) {
+	k := newFakeKernel(t)
+	k.AddAddr("veth0", "192.0.2.1")
+	k.AddDevice("rxe0", 1, "veth0")
+	k.AddSubsystem("nqn.a")
+	k.AddPort("1", "rdma", "ipv4", "192.0.2.1", "4420")
+	if err := configfs.NewWithOps(k.Root, k.Admin()).Relink("1", configfs.Link{Name: "nqn.a", NQN: "nqn.a"}); err != nil {
+		t.Fatal(err)
+	}
+	r := &reuser{fakeKernel: k}
+	j, err := state.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := rebind.New(rebind.Options{Tree: k.FS(), Kernel: r, Store: j, Config: rebind.DefaultConfig()})
+	k.RemoveDevice("rxe0")
+	k.AddDevice("rxe0", 2, "veth0")
+	items, err := e.Reconcile(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !k.Listening("nvmet_rdma", "1") {
+		t.Fatal("not healed")
+	}
+	if r.full != 1 || r.reused != 1 {
+		t.Errorf("device listings: %d full, %d reusing GIDs; want 1 and 1", r.full, r.reused)
+	}
+	if items[0].State != rebind.StateListening {
+		t.Errorf("after the heal: %v (%s), want listening (judged with the reused GID table)", items[0].State, items[0].Reason)
 	}
 }

@@ -58,15 +58,59 @@ func (l *Live) Devices() ([]Device, error) {
 	return devs, nil
 }
 
+// DevicesReusingGIDs is Devices, with the GID tables of prev (an earlier
+// listing) for the ports of the same device index, name and port that it
+// read then; other ports' tables are read.
+func (l *Live) DevicesReusingGIDs(prev []Device) ([]Device, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, err := l.conn()
+	if err != nil {
+		return nil, err
+	}
+	devs, err := r.Devices()
+	if err != nil {
+		l.drop(err)
+		return nil, err
+	}
+	type pk struct {
+		dev  uint32
+		name string
+		port uint32
+	}
+	known := map[pk][]GID{}
+	for _, d := range prev {
+		for _, p := range d.Ports {
+			if p.GIDsKnown {
+				known[pk{d.Index, d.Name, p.Index}] = p.GIDs
+			}
+		}
+	}
+	for i := range devs {
+		for j := range devs[i].Ports {
+			p := &devs[i].Ports[j]
+			if g, ok := known[pk{devs[i].Index, devs[i].Name, p.Index}]; ok {
+				p.GIDs, p.GIDsKnown = g, true
+				continue
+			}
+			l.fillPort(devs[i].Name, p)
+		}
+	}
+	return devs, nil
+}
+
 // fillGIDs reads every port's GID table from sysfs.
 func (l *Live) fillGIDs(devs []Device) {
 	for i := range devs {
 		for j := range devs[i].Ports {
-			p := &devs[i].Ports[j]
-			gids, err := ReadSysfsGIDs(l.sysfsRoot, devs[i].Name, p.Index)
-			p.GIDs, p.GIDsKnown = gids, err == nil
+			l.fillPort(devs[i].Name, &devs[i].Ports[j])
 		}
 	}
+}
+
+func (l *Live) fillPort(dev string, p *Port) {
+	gids, err := ReadSysfsGIDs(l.sysfsRoot, dev, p.Index)
+	p.GIDs, p.GIDsKnown = gids, err == nil
 }
 
 // CMIDs returns the rdma_cm identifiers of devs: one dump per device.
