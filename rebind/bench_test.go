@@ -14,7 +14,7 @@ import (
 
 // bigWorld builds n nvmet ports (1–8 subsystems each) and n LIO portals on
 // n addresses of rxe0/veth0, all listening.
-func bigWorld(b *testing.B, n int) *fakeKernel {
+func bigWorld(b testing.TB, n int) *fakeKernel {
 	b.Helper()
 	k := newFakeKernelAt(stateDir(b)) // tmpfs when there is one
 	k.AddDevice("rxe0", 1, "veth0")

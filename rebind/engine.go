@@ -24,6 +24,10 @@ type Kernel interface {
 	Addrs() ([]rdma.Addr, error)
 }
 
+// checkActionable, set by the package's tests, compares the heals of the
+// plan of the actionable objects with those of the full plan.
+var checkActionable func(fast, full []Heal)
+
 // GIDReuser is a Kernel that can list devices reusing the GID tables of
 // an earlier listing for the ports it had (rdma.Live): the verification
 // at the end of a round judges with the round's GID tables instead of
@@ -261,6 +265,7 @@ func (e *Engine) observe(prev []rdma.Device) (Observed, error) {
 		obs.Declared = d
 	}
 	v := netIndex(obs)
+	obs.view = &v
 	declared := map[string]bool{}
 	for _, d := range obs.Declared {
 		if d.Kind == KindNvmet {
@@ -348,11 +353,42 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 		return nil, err
 	}
 	observed := time.Now()
+	// The objects whose endpoint may need an action are planned first:
+	// the first write does not wait for the plan of thousands of healthy
+	// listeners. Status and memory come from a plan of every object only.
 	e.mu.Lock()
-	pl := Plan(obs, e.mem, e.cfg)
+	pl := Plan(actionable(obs, e.mem), e.mem, e.cfg)
+	var all *Planned
+	if len(pl.Heals) == 0 {
+		p := Plan(obs, e.mem, e.cfg)
+		all, pl = &p, p
+	}
 	e.mu.Unlock()
+	if all != nil && len(pl.Heals) > 0 {
+		e.log.Warn("bug: the plan of the objects that are not alive missed heals; acting on the full plan", "heals", len(pl.Heals))
+	}
+	if checkActionable != nil && all == nil {
+		e.mu.Lock()
+		p := Plan(obs, e.mem, e.cfg)
+		e.mu.Unlock()
+		checkActionable(pl.Heals, p.Heals)
+	}
 	planned := time.Now()
-	e.learn(pl, obs, nil)
+	full := func() Planned {
+		if all == nil {
+			e.mu.Lock()
+			p := Plan(obs, e.mem, e.cfg)
+			e.mu.Unlock()
+			all = &p
+		}
+		return *all
+	}
+	if len(pl.Heals) == 0 || e.opt.DryRun {
+		pl = full()
+		e.learn(pl, obs, nil)
+	}
+	// With heals, memory is learnt once, from the verification after them
+	// (below): not before the first write, which it would only delay.
 	var done []pending
 	if len(pl.Heals) > 0 {
 		// Where a round's time goes (debug: one line per round that acts):
@@ -393,6 +429,10 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 		}
 		done = append(done, p)
 	}
+	if len(done) == 0 && len(pl.Heals) > 0 && !e.opt.DryRun {
+		pl = full()
+		e.learn(pl, obs, nil) // only journal entries dropped: nothing to verify
+	}
 	if len(done) > 0 {
 		// One observation verifies every heal of this round (one cm_id
 		// dump per device, not one per endpoint) and refreshes the status.
@@ -406,6 +446,8 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 		outcomes := e.verify(done, pl2, err)
 		if err == nil {
 			pl, obs = pl2, obs2
+		} else {
+			pl = full()
 		}
 		e.learn(pl, obs, outcomes)
 		e.report(outcomes, pl.Items)

@@ -138,6 +138,11 @@ func (a Action) String() string {
 
 // Observed is everything one reconcile reads.
 type Observed struct {
+	// view is netIndex of this observation's kernel tables, built once by
+	// Engine.Observe for its own use and kept for Plan (nil: Plan builds
+	// it). The kernel fields must not change after it is set.
+	view *netView
+
 	Ports      []configfs.Port
 	Subsystems map[string]bool // nvmet/subsystems/<nqn> exists
 	// LinksUnread are the ports whose links were not read: their listener
@@ -437,10 +442,67 @@ type group struct {
 	holders []holder
 }
 
+// actionable is obs reduced to the objects whose endpoint may need an
+// action: not listening where its address is carried (dead, stranded,
+// unknown), or named by a journal entry, a saved config's declaration or
+// a manual rebind (Memory.Forced); unreadable ones too. Endpoints are
+// planned independently, so Plan of it decides the same heals for those
+// endpoints as Plan of obs, at the cost of the few objects not alive
+// (Reconcile acts on it first, and checks with the full plan when it
+// finds nothing to do).
+func actionable(obs Observed, mem Memory) Observed {
+	var v netView
+	if obs.view != nil {
+		v = *obs.view
+	} else {
+		v = netIndex(obs)
+		obs.view = &v
+	}
+	named := func(k Key) bool {
+		if _, ok := obs.Journal[k]; ok {
+			return true
+		}
+		return mem.Forced[k]
+	}
+	declared := make(map[Key]bool, len(obs.Declared))
+	for _, d := range obs.Declared {
+		declared[Key{d.Kind, d.ID}] = true
+	}
+	alive := func(ep Endpoint) bool {
+		if ep.Addr.Addr().IsUnspecified() {
+			return true // wildcard: the kernel's own
+		}
+		st, _ := judge(ep, obs, v, v.carrierOf(ep.Addr.Addr()))
+		return st == StateListening
+	}
+	sub := obs
+	sub.Ports = make([]configfs.Port, 0, 16)
+	for _, p := range obs.Ports {
+		k := Key{KindNvmet, p.ID}
+		ap, err := p.Addr()
+		if p.Err != nil || err != nil || named(k) || declared[k] || !alive(Endpoint{KindNvmet, ap}) {
+			sub.Ports = append(sub.Ports, p)
+		}
+	}
+	sub.Portals = make([]configfs.Portal, 0, 16)
+	for _, p := range obs.Portals {
+		k := Key{KindLIO, p.ID()}
+		if p.Err != nil || named(k) || declared[k] || !alive(Endpoint{KindLIO, p.Addr}) {
+			sub.Portals = append(sub.Portals, p)
+		}
+	}
+	return sub
+}
+
 // Plan decides, for every endpoint, whether and how to heal it, and the
 // status of every configfs object. It is pure: same input, same output.
 func Plan(obs Observed, mem Memory, cfg Config) Planned {
-	v := netIndex(obs)
+	var v netView
+	if obs.view != nil {
+		v = *obs.view
+	} else {
+		v = netIndex(obs)
+	}
 	n := len(obs.Ports) + len(obs.Portals)
 	p := Planned{Items: make([]Item, 0, n+len(obs.Declared)), Endpoints: make([]EndpointState, 0, n)}
 	groups := make(map[Endpoint]*group, n)

@@ -64,6 +64,7 @@ type Kernel struct {
 	ifindex   map[string]int
 	lower     map[string]string // upper netdev → the netdev under it
 	listen    map[listenerKey]listener
+	sorted    []listenerKey // keys(), kept until listen changes
 	cmidCalls int
 
 	// HoldGIDs makes devices added later start with an empty GID table
@@ -182,6 +183,7 @@ func (k *Kernel) removeDevice(name string) {
 	for key, l := range k.listen {
 		if l.dev == name {
 			delete(k.listen, key)
+			k.sorted = nil
 		}
 	}
 }
@@ -193,6 +195,7 @@ func (k *Kernel) KillListener(owner, id string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	delete(k.listen, listenerKey{owner, id})
+	k.sorted = nil
 }
 
 // --- rdma_cm as a kernel ULP uses it (configfstest.Binder) ---
@@ -210,6 +213,7 @@ func (k *Kernel) Bind(owner, id string, addr netip.AddrPort) error {
 		return err
 	}
 	k.listen[listenerKey{owner, id}] = listener{addr: addr, dev: dev}
+	k.sorted = nil
 	return nil
 }
 
@@ -219,6 +223,7 @@ func (k *Kernel) Unbind(owner, id string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	delete(k.listen, listenerKey{owner, id})
+	k.sorted = nil
 }
 
 // Bound reports whether listener id of owner exists, and the device it is
@@ -355,6 +360,9 @@ func (k *Kernel) CMIDs(devs []rdma.Device) ([]rdma.CMID, error) {
 
 // keys returns the listeners' keys ordered by owner and id.
 func (k *Kernel) keys() []listenerKey {
+	if k.sorted != nil {
+		return k.sorted
+	}
 	keys := make([]listenerKey, 0, len(k.listen))
 	for key := range k.listen {
 		keys = append(keys, key)
@@ -367,6 +375,7 @@ func (k *Kernel) keys() []listenerKey {
 		}
 		return strings.Compare(a.id, b.id)
 	})
+	k.sorted = keys // until the listeners change
 	return keys
 }
 
