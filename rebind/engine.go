@@ -71,6 +71,14 @@ type Store interface {
 	SavePins(map[Key]uint64) error
 }
 
+// BatchStore is a Store that writes several journal entries (or removes
+// them) with one directory sync (rebind/state): the sharers of an
+// endpoint are journaled as one batch.
+type BatchStore interface {
+	PutAll([]Intent) error
+	DeleteAll([]Key) error
+}
+
 // Options configure an Engine.
 type Options struct {
 	Tree   Tree
@@ -588,30 +596,80 @@ func (e *Engine) execute(h Heal) error {
 			}
 		}
 	}
+	batch, _ := e.opt.Store.(BatchStore)
 	var nPut, nUnlink, nLink, nOff, nOn int
-	for _, s := range h.Steps {
+	for i := 0; i < len(h.Steps); i++ {
+		s := h.Steps[i]
 		if skip[s.Key] && s.Op != OpJournalDelete {
 			continue
 		}
 		switch s.Op {
 		case OpJournalPut:
-			if ok, err := e.journalPrecondition(s); err != nil {
-				return err
-			} else if !ok {
-				skip[s.Key] = true
-				continue
+			// A run of puts (every sharer of an endpoint) is written as one
+			// batch when the store can: each entry's precondition first,
+			// then the entries, one directory sync for all.
+			j := i
+			for j+1 < len(h.Steps) && h.Steps[j+1].Op == OpJournalPut {
+				j++
 			}
-			in := s.Intent
-			in.Started = e.opt.Now()
+			var ins []Intent
+			for _, s := range h.Steps[i : j+1] {
+				if ok, err := e.journalPrecondition(s); err != nil {
+					return err
+				} else if !ok {
+					skip[s.Key] = true
+					continue
+				}
+				in := s.Intent
+				in.Started = e.opt.Now()
+				ins = append(ins, in)
+			}
+			i = j
 			t := time.Now()
-			err := e.opt.Store.Put(in)
+			var err error
+			if batch != nil && len(ins) > 1 {
+				err = batch.PutAll(ins)
+			} else {
+				for _, in := range ins {
+					if err = e.opt.Store.Put(in); err != nil {
+						break
+					}
+				}
+			}
 			e.journalTime(t)
 			if err != nil {
 				return err
 			}
-			if nPut++; nPut == puts && e.fault("after-journal") {
+			if nPut += len(ins); nPut == puts && e.fault("after-journal") {
 				return ErrCrashed
 			}
+			continue
+		case OpJournalDelete:
+			j := i
+			for j+1 < len(h.Steps) && h.Steps[j+1].Op == OpJournalDelete {
+				j++
+			}
+			var keys []Key
+			for _, s := range h.Steps[i : j+1] {
+				keys = append(keys, s.Key)
+			}
+			i = j
+			t := time.Now()
+			var err error
+			if batch != nil && len(keys) > 1 {
+				err = batch.DeleteAll(keys)
+			} else {
+				for _, k := range keys {
+					if err = e.opt.Store.Delete(k); err != nil {
+						break
+					}
+				}
+			}
+			e.journalTime(t)
+			if err != nil {
+				return err
+			}
+			continue
 		case OpUnlink:
 			if err := fsys.Unlink(s.Key.ID, s.Link); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
@@ -674,13 +732,6 @@ func (e *Engine) execute(h Heal) error {
 				if nOn == 1 && e.fault("after-iser-1") {
 					return ErrCrashed
 				}
-			}
-		case OpJournalDelete:
-			t := time.Now()
-			err := e.opt.Store.Delete(s.Key)
-			e.journalTime(t)
-			if err != nil {
-				return err
 			}
 		}
 	}

@@ -120,3 +120,53 @@ func TestVerificationReusesGIDTables(t *testing.T) {
 		t.Errorf("after the heal: %v (%s), want listening (judged with the reused GID table)", items[0].State, items[0].Reason)
 	}
 }
+
+// countingStore counts how the engine journals.
+type countingStore struct {
+	*state.Store
+	put, putAll, del, delAll int
+}
+
+func (c *countingStore) Put(in rebind.Intent) error { c.put++; return c.Store.Put(in) }
+func (c *countingStore) PutAll(ins []rebind.Intent) error {
+	c.putAll++
+	return c.Store.PutAll(ins)
+}
+func (c *countingStore) Delete(k rebind.Key) error { c.del++; return c.Store.Delete(k) }
+func (c *countingStore) DeleteAll(ks []rebind.Key) error {
+	c.delAll++
+	return c.Store.DeleteAll(ks)
+}
+
+// TestSharersJournaledInOneBatch: the sharers of one iSER endpoint are
+// journaled with one PutAll and dropped with one DeleteAll (one directory
+// sync each), and the heal still ends with every sharer at 1 and listening.
+func TestSharersJournaledInOneBatch(t *testing.T) {
+	k, ids, _ := sharedWorld(t, 3)
+	j, err := state.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &countingStore{Store: j}
+	e := rebind.New(rebind.Options{Tree: k.FS(), Kernel: k, Store: c, Config: rebind.DefaultConfig()})
+	if _, err := e.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	k.RemoveDevice("rxe0")
+	k.AddDevice("rxe0", 0x12, "veth0")
+	if _, err := e.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if !k.Listening("ib_isert", id) {
+			t.Errorf("%s not listening after the heal", id)
+		}
+	}
+	// The 3 sharers in one batch; the lone portal of sharedWorld (own) alone.
+	if c.putAll != 1 || c.put != 1 || c.delAll != 1 || c.del != 1 {
+		t.Errorf("journal calls: PutAll %d, Put %d, DeleteAll %d, Delete %d; want 1, 1, 1, 1", c.putAll, c.put, c.delAll, c.del)
+	}
+	if in, bad := j.Load(); len(in) != 0 || len(bad) != 0 {
+		t.Errorf("journal after the heal: %v %v, want empty", in, bad)
+	}
+}

@@ -97,12 +97,64 @@ func (s *Store) Put(in rebind.Intent) error {
 	return nil
 }
 
+// PutAll writes several intents durably (the sharers of one endpoint):
+// each in its temp file, fsync'd, renamed into place, then one fsync of the
+// directory for all, before the first configfs write any of them covers.
+// A crash before that sync may keep any subset of them: nothing was
+// written to configfs yet.
+func (s *Store) PutAll(ins []rebind.Intent) error {
+	if s.readOnly {
+		return ErrReadOnly
+	}
+	for _, in := range ins {
+		in.Version = journalVersion
+		k := rebind.Key{Kind: in.Kind, ID: in.ID}
+		b, err := json.MarshalIndent(in, "", "  ")
+		if err != nil {
+			return fmt.Errorf("journal %s: %w", k, err)
+		}
+		if err := s.replaceFile(s.journal, s.file(k), b); err != nil {
+			return fmt.Errorf("journal %s: %w", k, err)
+		}
+	}
+	if err := syncDir(s.journal); err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	return nil
+}
+
+// DeleteAll removes the intents of keys (missing ones are not an error),
+// with one fsync of the directory.
+func (s *Store) DeleteAll(keys []rebind.Key) error {
+	if s.readOnly {
+		return ErrReadOnly
+	}
+	for _, k := range keys {
+		if err := os.Remove(s.file(k)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("journal %s: %w", k, err)
+		}
+	}
+	if err := syncDir(s.journal); err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	return nil
+}
+
 // writeFile replaces path (in dir) durably: temp file, fsync, rename,
 // fsync of the directory.
 func (s *Store) writeFile(dir, path string, b []byte) error {
 	if s.readOnly {
 		return ErrReadOnly
 	}
+	if err := s.replaceFile(dir, path, b); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+// replaceFile writes b to a temp file in dir, fsyncs it and renames it to
+// path; the caller syncs dir.
+func (s *Store) replaceFile(dir, path string, b []byte) error {
 	f, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
 		return err
@@ -122,7 +174,7 @@ func (s *Store) writeFile(dir, path string, b []byte) error {
 		os.Remove(tmp)
 		return werr
 	}
-	return syncDir(dir)
+	return nil
 }
 
 func syncDir(dir string) error {
