@@ -800,7 +800,7 @@ c nvmet-rebind run --
 		strings.Join(globalFlags, " ") + " --help --version",
 		"debug info warn error",
 		"status",
-		"--dry-run --metrics-listen --metrics-textfile --help",
+		"--dry-run --metrics-listen --metrics-textfile --no-watch --help",
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("bash completion (-want +got):\n%s", d)

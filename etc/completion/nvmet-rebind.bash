@@ -53,7 +53,7 @@ _nvmet_rebind() {
             else
                 COMPREPLY=($(compgen -W "$commands" -- "$cur"))
             fi ;;
-        run)    COMPREPLY=($(compgen -W "--dry-run --metrics-listen --metrics-textfile --help" -- "$cur")) ;;
+        run)    COMPREPLY=($(compgen -W "--dry-run --metrics-listen --metrics-textfile --no-watch --help" -- "$cur")) ;;
         status) COMPREPLY=($(compgen -W "--json --help" -- "$cur")) ;;
         help)   COMPREPLY=($(compgen -W "$commands" -- "$cur")) ;;
         *)      COMPREPLY=($(compgen -W "--help" -- "$cur")) ;;
