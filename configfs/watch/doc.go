@@ -51,8 +51,10 @@
 // events, or the loss of a top-level directory (root, nvmet, target,
 // nvmet/ports, nvmet/subsystems, target/iscsi); when a read finds that
 // nvmet/ports, nvmet/subsystems, target or target/iscsi is not the
-// directory (device, inode) it watched — configfs reports no event when
-// a module's tree appears or vanishes, nor when it is (un)mounted; after
+// directory (device, inode) it watched (checked by the first read after
+// Options.IdentEvery, 20 ms: a heal's burst of reads shares one check) —
+// configfs reports no event when a module's tree appears or vanishes, nor
+// when it is (un)mounted; after
 // Invalidate (the caller's module uevents); and at the first read
 // RescanEvery (10 minutes) after the last one, or on Rescan. The last two
 // are trusted: what the model would have answered is compared, object by

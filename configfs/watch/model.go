@@ -24,8 +24,13 @@ type Options struct {
 	// NotifyPause is how long Changed stays quiet after a signal when no
 	// read drains the events (default 100ms).
 	NotifyPause time.Duration
-	Logger      *slog.Logger     // slog.Default when nil
-	Now         func() time.Time // clock; time.Now when nil
+	// IdentEvery spaces the identity checks of the top directories (a
+	// module's tree replaced without events): a read checks when this long
+	// has passed since the last check (default 20ms; negative: every
+	// read). Bursts of reads (one before each write of a heal) share one.
+	IdentEvery time.Duration
+	Logger     *slog.Logger     // slog.Default when nil
+	Now        func() time.Time // clock; time.Now when nil
 }
 
 // Stats counts what the model did since New.
@@ -68,7 +73,8 @@ type Model struct {
 	memoPorts   memo[[]configfs.Port]
 	memoPortals memo[[]configfs.Portal]
 	memoSubsys  memo[[]string]
-	pending     string // why the next read must rescan ("": no need)
+	pending     string    // why the next read must rescan ("": no need)
+	lastIdent   time.Time // when the top directories' identity was last checked
 
 	fallback   bool
 	lastRescan time.Time
@@ -129,6 +135,9 @@ func New(fsys *configfs.FS, opts Options) (*Model, error) {
 	}
 	if opts.NotifyPause <= 0 {
 		opts.NotifyPause = 100 * time.Millisecond
+	}
+	if opts.IdentEvery == 0 {
+		opts.IdentEvery = 20 * time.Millisecond
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -248,7 +257,8 @@ func (m *Model) want(why string) {
 // to read: the cached one, or the real one when watches ran out.
 func (m *Model) prepare() *configfs.FS {
 	m.drain()
-	if m.pending == "" && !m.noIdentCheck {
+	if m.pending == "" && !m.noIdentCheck && (m.opts.IdentEvery < 0 || time.Since(m.lastIdent) >= m.opts.IdentEvery) {
+		m.lastIdent = time.Now()
 		if d := m.identChanged(); d != "" {
 			m.want(d + " is not the directory watched (module loaded or unloaded, configfs mounted or unmounted)")
 		}

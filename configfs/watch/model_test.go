@@ -341,7 +341,7 @@ func TestTreeReplacedWithEvents(t *testing.T) {
 // tree replaced (here by renames the model is kept from seeing).
 func TestTreeReplacedWithoutEvents(t *testing.T) {
 	dir := t.TempDir()
-	w := newWorld(t, dir, basic, Options{})
+	w := newWorld(t, dir, basic, Options{IdentEvery: -1})
 	w.same("start")
 	w.m.mu.Lock()
 	w.m.discardEvents = true
@@ -507,6 +507,36 @@ func TestPeriodicRescanChecksWholeAnswers(t *testing.T) {
 	w.same("after the periodic rescan")
 	if s := w.m.Stats(); s.Disagreements != 1 {
 		t.Errorf("stats %+v: want the stale whole answer found", s)
+	}
+}
+
+// TestIdentChecksAreSpaced: a burst of reads checks the top directories'
+// identity once per IdentEvery; a read after that sees a tree replaced
+// without events.
+func TestIdentChecksAreSpaced(t *testing.T) {
+	dir := t.TempDir()
+	w := newWorld(t, dir, basic, Options{IdentEvery: time.Hour})
+	w.same("start")
+	w.m.mu.Lock()
+	w.m.discardEvents = true
+	w.m.mu.Unlock()
+	if err := os.Rename(filepath.Join(dir, "nvmet"), filepath.Join(dir, "nvmet.old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "nvmet"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"ports", "subsystems"} {
+		os.Mkdir(filepath.Join(dir, "nvmet", d), 0o755)
+	}
+	if p, _ := w.m.Ports(); len(p) == 0 {
+		t.Fatal("within IdentEvery: the model was expected to answer from its cache (no check yet)")
+	}
+	w.m.mu.Lock()
+	w.m.lastIdent = time.Time{} // IdentEvery has passed
+	w.m.mu.Unlock()
+	if p, _ := w.m.Ports(); len(p) != 0 {
+		t.Errorf("after IdentEvery: %d ports, want the new empty tree", len(p))
 	}
 }
 
