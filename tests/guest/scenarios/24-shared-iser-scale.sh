@@ -62,10 +62,13 @@ daemon_start || fail "daemon did not start"
 metric "daemon_start_ms=$(e2eutil since "$t")"
 status_expect "daemon, before" lio "$FIRST/tpgt_1/$A:$P" "endpoint=ib_isert $A:$P" sharers=$NT state=listening
 outage daemon
+l0=$(wc -l <"$W/daemon.log")
 t0=$(now)
 must rxe_add rxe0 veth0
 dl=$(wait_listen ib_isert $A $P 30 "$t0") || fail "daemon: $A:$P ($NT sharers) not listening 30 s after rdma link add"
 dc=$(complete daemon "$t0")
+# Where the daemon's time went (debug log of the round that acted).
+tail -n +"$((l0 + 1))" "$W/daemon.log" | grep 'msg=round' | head -n 3 | while read -r line; do log "  $line"; done
 metric "daemon_listen_ms=$dl"
 metric "daemon_complete_ms=$dc"
 log "daemon: LISTEN $dl ms, every sharer at 1 $dc ms after rdma link add"
