@@ -365,14 +365,24 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 	// the first write does not wait for the plan of thousands of healthy
 	// listeners. Status and memory come from a plan of every object only.
 	e.mu.Lock()
-	pl := Plan(actionable(obs, e.mem), e.mem, e.cfg)
 	var all *Planned
-	if len(pl.Heals) == 0 {
+	var pl Planned
+	missed := false
+	if sub := actionable(obs, e.mem); 2*(len(sub.Ports)+len(sub.Portals)) < len(obs.Ports)+len(obs.Portals) {
+		pl = Plan(sub, e.mem, e.cfg)
+		if len(pl.Heals) == 0 {
+			p := Plan(obs, e.mem, e.cfg)
+			all, pl = &p, p
+			missed = len(p.Heals) > 0
+		}
+	} else {
+		// Most objects may need an action (listening unknown without RDMA
+		// netlink, a whole device down): one plan of every object.
 		p := Plan(obs, e.mem, e.cfg)
 		all, pl = &p, p
 	}
 	e.mu.Unlock()
-	if all != nil && len(pl.Heals) > 0 {
+	if missed {
 		e.log.Warn("bug: the plan of the objects that are not alive missed heals; acting on the full plan", "heals", len(pl.Heals))
 	}
 	if checkActionable != nil && all == nil {
