@@ -58,34 +58,11 @@ func runKernel(t *testing.T, series string, scenarios []string) {
 	})
 	ev := res.Events
 	t.Logf("%s: wall time %v (done=%v rc=%d timed out=%v)", img.kernel.Release, res.Elapsed.Round(time.Second), ev.Done, ev.RC, res.TimedOut)
-	failed := false
-	for _, name := range scenarios {
-		r, ok := ev.Results[name]
-		t.Run(name, func(t *testing.T) {
-			for _, m := range ev.Metrics[name] {
-				t.Logf("metric %s=%s", m.Key, m.Value)
-			}
-			for _, w := range ev.Warns[name] {
-				t.Logf("WARNING %s", w)
-			}
-			switch {
-			case !ok:
-				failed = true
-				why := "the VM ended before the scenario reported"
-				if res.TimedOut {
-					why = fmt.Sprintf("the VM was killed after the %v timeout", timeout)
-				}
-				t.Errorf("no result: %s\n%s", why, scenarioLog(ev, name, 60))
-			case r.Status == "PASS":
-				t.Logf("PASS %s", r.Detail)
-			case r.Status == "SKIP":
-				t.Skip(r.Detail)
-			default:
-				failed = true
-				t.Errorf("FAIL %s\n%s", r.Detail, scenarioLog(ev, name, 80))
-			}
-		})
+	why := "the VM ended before the scenario reported"
+	if res.TimedOut {
+		why = fmt.Sprintf("the VM was killed after the %v timeout", timeout)
 	}
+	failed := reportResults(t, ev, scenarios, why)
 	if !ev.Done && !res.TimedOut {
 		failed = true
 		t.Errorf("the VM ended without E2E DONE (qemu: %v)", res.ExitErr)
@@ -98,6 +75,37 @@ func runKernel(t *testing.T, series string, scenarios []string) {
 		p := saveConsole(t, img.kernel.Series+"-console.log", res.Console)
 		t.Logf("console log: %s; its tail:\n%s", p, tail(res.Console, 40))
 	}
+}
+
+// reportResults makes a subtest of each named scenario (or check) with its
+// metrics, warnings and result; noResult says why one that never reported
+// is missing. It returns whether any failed.
+func reportResults(t *testing.T, ev vm.Events, names []string, noResult string) bool {
+	failed := false
+	for _, name := range names {
+		r, ok := ev.Results[name]
+		t.Run(name, func(t *testing.T) {
+			for _, m := range ev.Metrics[name] {
+				t.Logf("metric %s=%s", m.Key, m.Value)
+			}
+			for _, w := range ev.Warns[name] {
+				t.Logf("WARNING %s", w)
+			}
+			switch {
+			case !ok:
+				failed = true
+				t.Errorf("no result: %s\n%s", noResult, scenarioLog(ev, name, 60))
+			case r.Status == "PASS":
+				t.Logf("PASS %s", r.Detail)
+			case r.Status == "SKIP":
+				t.Skip(r.Detail)
+			default:
+				failed = true
+				t.Errorf("FAIL %s\n%s", r.Detail, scenarioLog(ev, name, 80))
+			}
+		})
+	}
+	return failed
 }
 
 // scenarioLog is the console section of one scenario (its last n lines).

@@ -168,27 +168,7 @@ func bootSystemd(t *testing.T, k *vm.Kernel, initrd, disk, name string, appendAr
 	}
 	ev := res.Events
 	t.Logf("%s %s: wall time %v (done=%v rc=%d timed out=%v)", k.Release, name, res.Elapsed.Round(time.Second), ev.Done, ev.RC, res.TimedOut)
-	failed := false
-	for _, c := range checks {
-		r, ok := ev.Results[c]
-		t.Run(c, func(t *testing.T) {
-			for _, m := range ev.Metrics[c] {
-				t.Logf("metric %s=%s", m.Key, m.Value)
-			}
-			switch {
-			case !ok:
-				failed = true
-				t.Errorf("no result (the VM ended or the check was not reached)\n%s", scenarioLog(ev, c, 60))
-			case r.Status == "PASS":
-				t.Logf("PASS %s", r.Detail)
-			case r.Status == "SKIP":
-				t.Skip(r.Detail)
-			default:
-				failed = true
-				t.Errorf("FAIL %s\n%s", r.Detail, scenarioLog(ev, c, 80))
-			}
-		})
-	}
+	failed := reportResults(t, ev, checks, "the VM ended or the check was not reached")
 	if !ev.Done {
 		failed = true
 		t.Errorf("the VM ended without E2E DONE (timed out=%v, qemu: %v)", res.TimedOut, res.ExitErr)

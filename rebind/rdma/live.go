@@ -42,25 +42,11 @@ func (l *Live) drop(err error) {
 
 // Devices returns the RDMA devices with their ports' GID tables. A port
 // whose table cannot be read has GIDsKnown false.
-func (l *Live) Devices() ([]Device, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	r, err := l.conn()
-	if err != nil {
-		return nil, err
-	}
-	devs, err := r.Devices()
-	if err != nil {
-		l.drop(err)
-		return nil, err
-	}
-	l.fillGIDs(devs)
-	return devs, nil
-}
+func (l *Live) Devices() ([]Device, error) { return l.DevicesReusingGIDs(nil) }
 
 // DevicesReusingGIDs is Devices, with the GID tables of prev (an earlier
 // listing) for the ports of the same device index, name and port that it
-// read then; other ports' tables are read.
+// read then; other ports' tables are read (all of them when prev is nil).
 func (l *Live) DevicesReusingGIDs(prev []Device) ([]Device, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -97,15 +83,6 @@ func (l *Live) DevicesReusingGIDs(prev []Device) ([]Device, error) {
 		}
 	}
 	return devs, nil
-}
-
-// fillGIDs reads every port's GID table from sysfs.
-func (l *Live) fillGIDs(devs []Device) {
-	for i := range devs {
-		for j := range devs[i].Ports {
-			l.fillPort(devs[i].Name, &devs[i].Ports[j])
-		}
-	}
 }
 
 func (l *Live) fillPort(dev string, p *Port) {

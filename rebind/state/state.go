@@ -84,18 +84,7 @@ func (s *Store) file(k rebind.Key) string {
 }
 
 // Put writes an intent durably, before the first configfs write it covers.
-func (s *Store) Put(in rebind.Intent) error {
-	in.Version = journalVersion
-	k := rebind.Key{Kind: in.Kind, ID: in.ID}
-	b, err := json.MarshalIndent(in, "", "  ")
-	if err != nil {
-		return fmt.Errorf("journal %s: %w", k, err)
-	}
-	if err := s.writeFile(s.journal, s.file(k), b); err != nil {
-		return fmt.Errorf("journal %s: %w", k, err)
-	}
-	return nil
-}
+func (s *Store) Put(in rebind.Intent) error { return s.PutAll([]rebind.Intent{in}) }
 
 // PutAll writes several intents durably (the sharers of one endpoint):
 // each in its temp file, fsync'd, renamed into place, then one fsync of the
