@@ -70,7 +70,9 @@ reset_and_wait "after nvmet reloaded" lio
 metric "heal_after_reload_ms=$ms"
 grep -q 'disagreed' "$W/daemon.log" && fail "the model disagreed with a rescan: $(grep disagreed "$W/daemon.log" | head -n 3)"
 if [ $reloaded = yes ]; then
-	grep -q 'module remove nvmet\|module add nvmet' "$W/daemon.log" || warn "no module uevent in the daemon's log (the identity check covers it)"
+	# The module uevents reach the daemon, which invalidates its model.
+	grep -q 'reason="module remove nvmet".*configfs=true' "$W/daemon.log" || fail "no 'module remove nvmet' uevent in the daemon's log"
+	grep -q 'reason="module add nvmet".*configfs=true' "$W/daemon.log" || fail "no 'module add nvmet' uevent in the daemon's log"
 fi
 daemon_alive || fail "the daemon died"
 daemon_stop
