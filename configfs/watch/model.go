@@ -73,8 +73,12 @@ type Model struct {
 	memoPorts   memo[[]configfs.Port]
 	memoPortals memo[[]configfs.Portal]
 	memoSubsys  memo[[]string]
-	pending     string    // why the next read must rescan ("": no need)
-	lastIdent   time.Time // when the top directories' identity was last checked
+	// memoLinks are whole answers of Links by port, valid while gen is
+	// linksGen (a resync without RDMA netlink reads every port's links).
+	memoLinks map[string][]configfs.Link
+	linksGen  uint64
+	pending   string    // why the next read must rescan ("": no need)
+	lastIdent time.Time // when the top directories' identity was last checked
 
 	fallback   bool
 	lastRescan time.Time
@@ -356,7 +360,12 @@ type modelAnswers struct{ m *Model }
 func (a modelAnswers) Ports() ([]configfs.Port, error) {
 	return fromMemo(a.m, &a.m.memoPorts, a.m.cfs.Ports)
 }
-func (a modelAnswers) Links(id string) ([]configfs.Link, error) { return a.m.cfs.Links(id) }
+func (a modelAnswers) Links(id string) ([]configfs.Link, error) {
+	if v, ok := a.m.memoLinks[id]; ok && a.m.linksGen == a.m.gen {
+		return slices.Clone(v), nil
+	}
+	return a.m.cfs.Links(id)
+}
 func (a modelAnswers) Portals() ([]configfs.Portal, error) {
 	return fromMemo(a.m, &a.m.memoPortals, a.m.cfs.Portals)
 }
@@ -428,7 +437,26 @@ func (m *Model) Ports() ([]configfs.Port, error) {
 func (m *Model) Links(portID string) ([]configfs.Link, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.prepare().Links(portID)
+	f := m.prepare()
+	if f != m.cfs {
+		return f.Links(portID)
+	}
+	if m.linksGen != m.gen {
+		m.memoLinks, m.linksGen = nil, m.gen
+	}
+	if v, ok := m.memoLinks[portID]; ok {
+		m.stats.MemoHits++
+		return slices.Clone(v), nil
+	}
+	gen, unc := m.gen, m.uncached
+	v, err := f.Links(portID)
+	if err == nil && gen == m.gen && unc == m.uncached {
+		if m.memoLinks == nil {
+			m.memoLinks = map[string][]configfs.Link{}
+		}
+		m.memoLinks[portID] = slices.Clone(v)
+	}
+	return v, err
 }
 
 // Port is configfs.FS.Port, from the model.

@@ -219,6 +219,17 @@ func TestReadsComeFromTheModel(t *testing.T) {
 	if h := w.m.Stats().MemoHits - hits; h != 2 {
 		t.Errorf("unchanged tree: %d whole answers reused, want 2", h)
 	}
+	// Links too, port by port.
+	if _, err := w.m.Links("1"); err != nil {
+		t.Fatal(err)
+	}
+	hits = w.m.Stats().MemoHits
+	if _, err := w.m.Links("1"); err != nil {
+		t.Fatal(err)
+	}
+	if h := w.m.Stats().MemoHits - hits; h != 1 {
+		t.Errorf("unchanged tree: Links answered %d times from the memo, want 1", h)
+	}
 	if err := w.admin().WriteAttr(w.path("nvmet/ports/120/addr_traddr"), "198.51.100.1"); err != nil {
 		t.Fatal(err)
 	}
@@ -537,6 +548,37 @@ func TestIdentChecksAreSpaced(t *testing.T) {
 	w.m.mu.Unlock()
 	if p, _ := w.m.Ports(); len(p) != 0 {
 		t.Errorf("after IdentEvery: %d ports, want the new empty tree", len(p))
+	}
+}
+
+// TestPeriodicRescanChecksMemoisedLinks: a stale memoised Links answer is
+// a disagreement too; an admin link after the answer is seen at once.
+func TestPeriodicRescanChecksMemoisedLinks(t *testing.T) {
+	now := time.Unix(1e9, 0)
+	w := newWorld(t, t.TempDir(), basic, Options{RescanEvery: time.Minute, Now: func() time.Time { return now }})
+	for _, n := range []string{"nqn.2014-08.org.example:a", "nqn.2014-08.org.example:b"} {
+		if err := w.admin().Symlink(w.path("nvmet/subsystems", n), w.path("nvmet/ports/1/subsystems", n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.same("start")
+	before, err := w.m.Links("1")
+	if err != nil || len(before) != 2 {
+		t.Fatalf("port 1 links: %v %v", before, err)
+	}
+	if err := w.admin().Remove(w.path("nvmet/ports/1/subsystems", before[0].Name)); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := w.m.Links("1"); len(after) != len(before)-1 {
+		t.Fatalf("after an admin unlink: %v, want one link fewer than %v", after, before)
+	}
+	w.m.mu.Lock()
+	w.m.memoLinks["1"] = append(w.m.memoLinks["1"], configfs.Link{Name: "stale", NQN: "stale"})
+	w.m.mu.Unlock()
+	now = now.Add(time.Minute)
+	w.same("after the periodic rescan")
+	if s := w.m.Stats(); s.Disagreements != 1 {
+		t.Errorf("stats %+v: want the stale Links answer found", s)
 	}
 }
 
