@@ -451,6 +451,7 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 		pl = full()
 		e.learn(pl, obs, nil) // only journal entries dropped: nothing to verify
 	}
+	var outcomes []Outcome
 	if len(done) > 0 {
 		// One observation verifies every heal of this round (one cm_id
 		// dump per device, not one per endpoint) and refreshes the status.
@@ -461,20 +462,15 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 			pl2 = Plan(obs2, e.mem, e.cfg)
 			e.mu.Unlock()
 		}
-		outcomes := e.verify(done, pl2, err)
+		outcomes = e.verify(done, pl2, err)
 		if err == nil {
 			pl, obs = pl2, obs2
 		} else {
 			pl = full()
 		}
 		e.learn(pl, obs, outcomes)
-		e.report(outcomes, pl.Items)
 	}
-	e.mu.Lock()
-	e.last = pl.Items
-	e.lastAt = e.opt.Now()
-	e.stats.Reconciles++
-	e.mu.Unlock()
+	e.report(outcomes, pl.Items)
 	return pl.Items, nil
 }
 
@@ -554,7 +550,10 @@ func (e *Engine) verify(done []pending, pl Planned, planErr error) []Outcome {
 	return out
 }
 
-// report records outcomes for status and metrics, and logs them.
+// report counts the round's outcomes and ends the round in one critical
+// section with them (the status items, Reconciles), so that a snapshot
+// never shows a round's rebinds without the round (the metrics textfile is
+// rewritten when Reconciles moves), then logs the outcomes.
 func (e *Engine) report(outcomes []Outcome, items []Item) {
 	e.mu.Lock()
 	retry := map[Endpoint]time.Time{}
@@ -577,6 +576,9 @@ func (e *Engine) report(outcomes []Outcome, items []Item) {
 		}
 	}
 	mem := e.mem
+	e.last = items
+	e.lastAt = e.opt.Now()
+	e.stats.Reconciles++
 	e.mu.Unlock()
 	for _, o := range outcomes {
 		addr, svc := o.Endpoint.Addr.Addr(), o.Endpoint.Addr.Port()
