@@ -7,30 +7,20 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/nvmet-rebind/nvmet-rebind/tests/vm"
 )
 
 // aptMu serializes apt-get runs of parallel tests (a second one would fail
 // on dpkg's lock instead of waiting).
 var aptMu sync.Mutex
 
-// lookTool finds a program in PATH or in the sbin folders a non-root PATH
-// may lack.
-func lookTool(name string) (string, error) {
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
-	}
-	for _, d := range []string{"/usr/sbin", "/sbin", "/usr/bin", "/bin"} {
-		p := filepath.Join(d, name)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s not found", name)
-}
+// lookTool is the VM harness's: PATH, then the sbin folders a non-root
+// PATH may lack.
+var lookTool = vm.LookTool
 
 // ensureTool returns the path of tool. When it is missing it installs the
 // Debian package pkg with apt-get as root (like tests/vm does for the VM's
