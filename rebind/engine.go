@@ -62,21 +62,16 @@ type Tree interface {
 
 // Store keeps the intent journal and the device pins (rebind/state).
 type Store interface {
-	Put(Intent) error
-	Delete(Key) error
+	// PutAll writes intents durably before the first configfs write they
+	// cover (the sharers of an endpoint in one batch: one directory sync).
+	PutAll([]Intent) error
+	// DeleteAll removes the intents of keys; missing ones are no error.
+	DeleteAll([]Key) error
 	// Load reads every intent and changes nothing; unreadable entries are
 	// reported, never acted on.
 	Load() (map[Key]Intent, []error)
 	Pins() (map[Key]uint64, error)
 	SavePins(map[Key]uint64) error
-}
-
-// BatchStore is a Store that writes several journal entries (or removes
-// them) with one directory sync (rebind/state): the sharers of an
-// endpoint are journaled as one batch.
-type BatchStore interface {
-	PutAll([]Intent) error
-	DeleteAll([]Key) error
 }
 
 // Options configure an Engine.
@@ -608,7 +603,6 @@ func (e *Engine) execute(h Heal) error {
 			}
 		}
 	}
-	batch, _ := e.opt.Store.(BatchStore)
 	var nPut, nUnlink, nLink, nOff, nOn int
 	for i := 0; i < len(h.Steps); i++ {
 		s := h.Steps[i]
@@ -618,8 +612,8 @@ func (e *Engine) execute(h Heal) error {
 		switch s.Op {
 		case OpJournalPut:
 			// A run of puts (every sharer of an endpoint) is written as one
-			// batch when the store can: each entry's precondition first,
-			// then the entries, one directory sync for all.
+			// batch: each entry's precondition first, then the entries, one
+			// directory sync for all.
 			j := i
 			for j+1 < len(h.Steps) && h.Steps[j+1].Op == OpJournalPut {
 				j++
@@ -639,14 +633,8 @@ func (e *Engine) execute(h Heal) error {
 			i = j
 			t := time.Now()
 			var err error
-			if batch != nil && len(ins) > 1 {
-				err = batch.PutAll(ins)
-			} else {
-				for _, in := range ins {
-					if err = e.opt.Store.Put(in); err != nil {
-						break
-					}
-				}
+			if len(ins) > 0 {
+				err = e.opt.Store.PutAll(ins)
 			}
 			e.journalTime(t)
 			if err != nil {
@@ -667,16 +655,7 @@ func (e *Engine) execute(h Heal) error {
 			}
 			i = j
 			t := time.Now()
-			var err error
-			if batch != nil && len(keys) > 1 {
-				err = batch.DeleteAll(keys)
-			} else {
-				for _, k := range keys {
-					if err = e.opt.Store.Delete(k); err != nil {
-						break
-					}
-				}
-			}
+			err := e.opt.Store.DeleteAll(keys)
 			e.journalTime(t)
 			if err != nil {
 				return err

@@ -39,11 +39,11 @@ type readOnlyStore struct {
 	writes atomic.Int64
 }
 
-func (s *readOnlyStore) Put(rebind.Intent) error {
+func (s *readOnlyStore) PutAll([]rebind.Intent) error {
 	s.writes.Add(1)
 	return errors.New("observer wrote an intent")
 }
-func (s *readOnlyStore) Delete(rebind.Key) error {
+func (s *readOnlyStore) DeleteAll([]rebind.Key) error {
 	s.writes.Add(1)
 	return errors.New("observer deleted an intent")
 }

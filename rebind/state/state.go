@@ -179,18 +179,7 @@ func syncDir(dir string) error {
 }
 
 // Delete removes the intent for k; a missing one is not an error.
-func (s *Store) Delete(k rebind.Key) error {
-	if s.readOnly {
-		return ErrReadOnly
-	}
-	if err := os.Remove(s.file(k)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("journal %s: %w", k, err)
-	}
-	if err := syncDir(s.journal); err != nil {
-		return fmt.Errorf("journal %s: %w", k, err)
-	}
-	return nil
-}
+func (s *Store) Delete(k rebind.Key) error { return s.DeleteAll([]rebind.Key{k}) }
 
 // Load reads every intent, changing nothing. Unreadable entries (torn,
 // empty, garbage, wrong version, misnamed) are reported in bad and never
