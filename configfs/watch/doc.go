@@ -26,8 +26,9 @@
 // IN_MOVE_SELF, or IN_IGNORED for a watch the model did not remove)
 // drops its subtree. The model's own writes invalidate directly as well.
 // Only the dropped entries are read again. Events are read only under the
-// model's mutex, at read time; Changed is a goroutine polling the
-// descriptor for readability, which never reads events.
+// model's mutex, at read time: the model has no goroutine. (It does not
+// tell anyone about an admin's change: the daemon reconciles on kernel
+// events and its resync, as it did before the model.)
 //
 // # What is watched
 //
@@ -67,6 +68,5 @@
 // The model trusts what configfs reports through inotify (KERNEL.md,
 // "Watching configfs"): the kernel changes no link and no iser by itself.
 // Changes made other than through the file system are seen only by the
-// identity check, Invalidate or a rescan. Changed also fires on the
-// model's own writes.
+// identity check, Invalidate or a rescan.
 package watch

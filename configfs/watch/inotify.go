@@ -3,8 +3,6 @@ package watch
 import (
 	"encoding/binary"
 	"errors"
-	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -107,11 +105,6 @@ func (m *Model) drain() {
 		}
 		m.parse(m.buf[:n])
 	}
-	m.drains.Add(1)
-	select {
-	case m.drained <- struct{}{}:
-	default:
-	}
 }
 
 // parse applies the events in b.
@@ -179,51 +172,4 @@ func (m *Model) lost(n *node) {
 	unix.InotifyRmWatch(m.fd, uint32(n.wd)) // IN_MOVE_SELF keeps it on the moved directory
 	n.wd = 0
 	m.drop(n)
-}
-
-// notify signals Changed when the inotify fd becomes readable. It never
-// reads events (reads do, under the mutex); after signalling it waits for
-// a drain, or a short while, so unread events do not make it spin.
-func (m *Model) notify() {
-	defer m.wg.Done()
-	fds := []unix.PollFd{{Fd: int32(m.fd), Events: unix.POLLIN}, {Fd: int32(m.stop[0]), Events: unix.POLLIN}}
-	for {
-		fds[0].Revents, fds[1].Revents = 0, 0
-		_, err := unix.Poll(fds, -1)
-		if err != nil && !errors.Is(err, syscall.EINTR) {
-			m.log.Warn("configfs watch: poll failed; Changed is no longer signalled", "err", err)
-			return
-		}
-		if fds[1].Revents != 0 {
-			return
-		}
-		if fds[0].Revents&unix.POLLIN == 0 {
-			continue
-		}
-		seq := m.drains.Load()
-		select {
-		case m.changed <- struct{}{}:
-		default:
-		}
-		if !m.pause(seq) {
-			return
-		}
-	}
-}
-
-// pause waits until a drain after seq, or NotifyPause; false when the
-// model is closed.
-func (m *Model) pause(seq uint64) bool {
-	t := time.NewTimer(m.opts.NotifyPause)
-	defer t.Stop()
-	for m.drains.Load() == seq {
-		select {
-		case <-m.drained: // maybe a token of an older drain: check seq again
-		case <-t.C:
-			return true
-		case <-m.done:
-			return false
-		}
-	}
-	return true
 }

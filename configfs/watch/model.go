@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,9 +20,6 @@ type Options struct {
 	// rescan a full rescan (compared with the model). 0: 10 minutes;
 	// negative: never (the caller calls Rescan).
 	RescanEvery time.Duration
-	// NotifyPause is how long Changed stays quiet after a signal when no
-	// read drains the events (default 100ms).
-	NotifyPause time.Duration
 	// IdentEvery spaces the identity checks of the top directories (a
 	// module's tree replaced without events): a read checks when this long
 	// has passed since the last check (default 20ms; negative: every
@@ -84,13 +80,7 @@ type Model struct {
 	lastRescan time.Time
 	stats      Stats
 
-	changed chan struct{}
-	drained chan struct{} // a token after every drain (wakes notify)
-	drains  atomic.Uint64 // drains so far
-	done    chan struct{}
-	stop    [2]int // a pipe: closing stops notify
-	wg      sync.WaitGroup
-	closed  bool
+	closed bool
 
 	// Test hooks.
 	addWatchHook  func(path string) error // fails inotify_add_watch
@@ -132,13 +122,10 @@ type ident struct {
 }
 
 // New watches the tree of fsys and reads it whole. Close releases the
-// inotify descriptor and the goroutine behind Changed.
+// inotify descriptor.
 func New(fsys *configfs.FS, opts Options) (*Model, error) {
 	if opts.RescanEvery == 0 {
 		opts.RescanEvery = 10 * time.Minute
-	}
-	if opts.NotifyPause <= 0 {
-		opts.NotifyPause = 100 * time.Millisecond
 	}
 	if opts.IdentEvery == 0 {
 		opts.IdentEvery = 20 * time.Millisecond
@@ -153,16 +140,10 @@ func New(fsys *configfs.FS, opts Options) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configfs watch: inotify_init1: %w", err)
 	}
-	var stop [2]int
-	if err := unix.Pipe2(stop[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("configfs watch: pipe: %w", err)
-	}
 	root := fsys.Root()
 	m := &Model{
 		fs: fsys, ops: fsys.Ops(), root: root, log: opts.Logger, opts: opts,
-		fd: fd, buf: make([]byte, 64<<10), stop: stop,
-		changed: make(chan struct{}, 1), drained: make(chan struct{}, 1), done: make(chan struct{}),
+		fd: fd, buf: make([]byte, 64<<10),
 	}
 	m.cfs = configfs.NewWithOps(root, cacheOps{m})
 	m.top = map[string]bool{}
@@ -173,8 +154,6 @@ func New(fsys *configfs.FS, opts Options) (*Model, error) {
 	m.mu.Lock()
 	m.rescan(false, "start")
 	m.mu.Unlock()
-	m.wg.Add(1)
-	go m.notify()
 	return m, nil
 }
 
@@ -188,28 +167,16 @@ func (m *Model) topDirs() []string {
 	}
 }
 
-// Close stops Changed and releases the inotify descriptor.
+// Close releases the inotify descriptor; a second Close does nothing.
 func (m *Model) Close() error {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.closed {
-		m.mu.Unlock()
 		return nil
 	}
 	m.closed = true
-	close(m.done)
-	unix.Close(m.stop[1]) // wakes notify's poll
-	m.mu.Unlock()
-	m.wg.Wait()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	unix.Close(m.stop[0])
 	return unix.Close(m.fd)
 }
-
-// Changed is signalled when configfs changed (an admin's write, or the
-// model's own) since the model last looked: the caller reconciles, and its
-// reads bring the model up to date.
-func (m *Model) Changed() <-chan struct{} { return m.changed }
 
 // Invalidate makes the next read a full rescan (a module was loaded or
 // unloaded: nvmet, nvmet_rdma, iscsi_target_mod, target_core_mod).
