@@ -368,7 +368,10 @@ func (d *daemon) reload() error {
 	}
 	d.env.Engine.SetConfig(cfg)
 	if d.env.Model != nil {
+		// A reload also checks the model: a full rescan, compared object
+		// by object (a difference is logged as a bug; the rescan wins).
 		d.env.Model.SetRescanEvery(cfg.RescanInterval)
+		d.env.Model.Rescan()
 	}
 	d.log.Info("config reloaded; give-up windows restarted", "watch", fmt.Sprint(cfg.Watch), "give_up_after", cfg.GiveUpAfter)
 	d.notify("STATUS=reconciling; see nvmet-rebind status")

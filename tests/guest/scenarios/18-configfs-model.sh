@@ -5,9 +5,9 @@
 # heals what it saw. Then nvmet's tree vanishes and comes back without any
 # inotify event (every nvmet object removed, `modprobe -r nvmet-rdma
 # nvmet`, `modprobe nvmet`, objects recreated): the model notices (module
-# uevent, directory identity) and the next reset heals the new port. The
-# daemon's debug log must never show a disagreement between the model and
-# a rescan.
+# uevent, directory identity) and the next reset heals the new port. After
+# each part a reload rescans configfs and compares it with the model: the
+# daemon's debug log must never show a disagreement.
 NQN=nqn.2024-01.io.e2e:model
 NQN2=nqn.2024-01.io.e2e:model2
 IQN=iqn.2024-01.io.e2e:model
@@ -43,6 +43,11 @@ listening nvmet_rdma $A 4420 rxe0 || fail "port 1 does not listen at setup"
 reset_and_wait "objects created after start" lio
 nvmet_linked 1 $NQN && nvmet_linked 1 $NQN2 || fail "a link is missing after the heal: $(links_order 1)"
 log "objects created after start: nvmet ${ms} ms, iSER ${ms2} ms"
+# A reload rescans configfs and compares it with the model: the model must
+# agree with the real configfs after all of the above.
+must rb reload
+grep -q 'msg="configfs rescanned" why=requested' "$W/daemon.log" || fail "reload did not rescan configfs"
+grep -q 'disagreed' "$W/daemon.log" && fail "the model disagreed with the rescan after objects created after start: $(grep disagreed "$W/daemon.log" | head -n 3)"
 metric "heal_ms=$ms"
 
 # nvmet's tree goes and comes back: no inotify event reports it.
@@ -68,6 +73,9 @@ must nvmet_link 1 $NQN
 listening nvmet_rdma $A 4420 rxe0 || fail "the new port 1 does not listen"
 reset_and_wait "after nvmet reloaded" lio
 metric "heal_after_reload_ms=$ms"
+n0=$(grep -c 'msg="configfs rescanned" why=requested' "$W/daemon.log")
+must rb reload
+[ "$(grep -c 'msg="configfs rescanned" why=requested' "$W/daemon.log")" -gt "$n0" ] || fail "the second reload did not rescan configfs"
 grep -q 'disagreed' "$W/daemon.log" && fail "the model disagreed with a rescan: $(grep disagreed "$W/daemon.log" | head -n 3)"
 if [ $reloaded = yes ]; then
 	# The module uevents reach the daemon, which invalidates its model.
