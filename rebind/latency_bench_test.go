@@ -43,17 +43,45 @@ func BenchmarkEventToFirstWrite(b *testing.B) {
 	}
 }
 
-func eventToFirstWrite(b *testing.B, k *fakeKernel, tree rebind.Tree) {
-	var mu sync.Mutex
-	var first time.Time
+// writeClock records the time of the first configfs write made through
+// the fake, and the number of writes, since the last reset.
+type writeClock struct {
+	mu     sync.Mutex
+	first  time.Time
+	writes int
+}
+
+func newWriteClock(k *fakeKernel) *writeClock {
+	c := &writeClock{}
 	k.Fault = func(int, configfstest.Write) error {
-		mu.Lock()
-		if first.IsZero() {
-			first = time.Now()
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.first.IsZero() {
+			c.first = time.Now()
 		}
-		mu.Unlock()
+		c.writes++
 		return nil
 	}
+	return c
+}
+
+func (c *writeClock) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.first, c.writes = time.Time{}, 0
+}
+
+// since returns the first write's delay after start and the writes.
+func (c *writeClock) since(start time.Time) (time.Duration, int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.first.Sub(start), c.writes, !c.first.IsZero()
+}
+
+// runLoop starts the engine's Run loop over tree (resync: an hour) and
+// returns it with a channel beaten after every round, once the first round
+// is done.
+func runLoop(b *testing.B, k *fakeKernel, tree rebind.Tree) (*rebind.Engine, chan struct{}) {
 	j, err := state.Open(stateDir(b))
 	if err != nil {
 		b.Fatal(err)
@@ -63,7 +91,7 @@ func eventToFirstWrite(b *testing.B, k *fakeKernel, tree rebind.Tree) {
 	e := rebind.New(rebind.Options{Tree: tree, Kernel: k, Store: j, Config: cfg})
 	beats := make(chan struct{}, 1)
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	b.Cleanup(cancel)
 	go e.Run(ctx, func() {
 		select {
 		case beats <- struct{}{}:
@@ -71,13 +99,24 @@ func eventToFirstWrite(b *testing.B, k *fakeKernel, tree rebind.Tree) {
 		}
 	})
 	<-beats
+	return e, beats
+}
+
+// reportPercentiles reports p50 and p99 of lat in µs.
+func reportPercentiles(b *testing.B, lat []time.Duration) {
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+func eventToFirstWrite(b *testing.B, k *fakeKernel, tree rebind.Tree) {
+	clk := newWriteClock(k)
+	e, beats := runLoop(b, k, tree)
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		mu.Lock()
-		first = time.Time{}
-		mu.Unlock()
+		clk.reset()
 		k.RemoveDevice("rxe1")
 		k.AddDevice("rxe1", 2, "veth1") // a new index: a real return
 		drain(beats)
@@ -96,18 +135,15 @@ func eventToFirstWrite(b *testing.B, k *fakeKernel, tree rebind.Tree) {
 		b.StopTimer()
 		e.Poke() // let the round finish before the next reset
 		<-beats
-		mu.Lock()
-		if first.IsZero() {
+		d, _, ok := clk.since(start)
+		if !ok {
 			b.Fatal("healed without a configfs write")
 		}
-		lat = append(lat, first.Sub(start))
-		mu.Unlock()
+		lat = append(lat, d)
 		b.StartTimer()
 	}
 	b.StopTimer()
-	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
-	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	reportPercentiles(b, lat)
 }
 
 // BenchmarkEventBurst: one port; every reset is announced by 1 or 100
@@ -125,43 +161,14 @@ func BenchmarkEventBurst(b *testing.B) {
 			if err := configfs.NewWithOps(k.Root, k.Admin()).Relink("1", configfs.Link{Name: "nqn.a", NQN: "nqn.a"}); err != nil {
 				b.Fatal(err)
 			}
-			var mu sync.Mutex
-			var first time.Time
-			writes := 0
-			k.Fault = func(int, configfstest.Write) error {
-				mu.Lock()
-				if first.IsZero() {
-					first = time.Now()
-				}
-				writes++
-				mu.Unlock()
-				return nil
-			}
-			j, err := state.Open(stateDir(b))
-			if err != nil {
-				b.Fatal(err)
-			}
-			cfg := rebind.DefaultConfig()
-			cfg.ResyncInterval = time.Hour
-			e := rebind.New(rebind.Options{Tree: k.FS(), Kernel: k, Store: j, Config: cfg})
-			beats := make(chan struct{}, 1)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			go e.Run(ctx, func() {
-				select {
-				case beats <- struct{}{}:
-				default:
-				}
-			})
-			<-beats
+			clk := newWriteClock(k)
+			e, beats := runLoop(b, k, k.FS())
 			lat := make([]time.Duration, 0, b.N)
 			totalWrites := 0
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				mu.Lock()
-				first, writes = time.Time{}, 0
-				mu.Unlock()
+				clk.reset()
 				k.RemoveDevice("rxe0")
 				k.AddDevice("rxe0", 1, "veth0") // a new index: a real return
 				drain(beats)
@@ -177,16 +184,13 @@ func BenchmarkEventBurst(b *testing.B) {
 				// Let any coalesced extra reconcile run before counting.
 				e.Poke()
 				<-beats
-				mu.Lock()
-				lat = append(lat, first.Sub(start))
-				totalWrites += writes
-				mu.Unlock()
+				d, n, _ := clk.since(start)
+				lat = append(lat, d)
+				totalWrites += n
 				b.StartTimer()
 			}
 			b.StopTimer()
-			slices.Sort(lat)
-			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
-			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+			reportPercentiles(b, lat)
 			b.ReportMetric(float64(totalWrites)/float64(b.N), "writes/burst")
 		})
 	}
