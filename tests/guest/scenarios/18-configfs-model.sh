@@ -1,8 +1,9 @@
 # configfs-model: the daemon's inotify model of the real configfs. The
 # daemon starts on an empty configfs; the admin then creates a subsystem, a
-# port with its link and a target with an iSER portal (directories the
-# model must start watching as they appear), changes a link, and a reset
-# heals what it saw. Then nvmet's tree vanishes and comes back without any
+# port with its link and a target with an iSER portal, then 32 more ports
+# and 32 targets sharing another iSER portal (directories the model must
+# start watching as they appear), changes a link, and a reset heals all 35
+# listeners. Then nvmet's tree vanishes and comes back without any
 # inotify event (every nvmet object removed, `modprobe -r nvmet-rdma
 # nvmet`, `modprobe nvmet`, objects recreated): the model notices (module
 # uevent, directory identity) and the next reset heals the new port. After
@@ -39,8 +40,25 @@ must lio_target $IQN
 must lio_portal $IQN $A 3260
 # An admin change: the port now exports the second subsystem too.
 must nvmet_link 1 $NQN2
+# And at some scale: 32 more ports and 32 targets sharing one iSER portal,
+# all created while the daemon runs (hundreds of new watched directories).
+i=1
+while [ $i -le 32 ]; do
+	nvmet_port $((100 + i)) $A $((4420 + i)) && nvmet_link $((100 + i)) $NQN || fail "setup: port $((100 + i))"
+	q=iqn.2024-01.io.e2e:model-$i
+	mkdir -p "$T/iscsi/$q/tpgt_1/np/$A:3261" && echo 1 >"$T/iscsi/$q/tpgt_1/np/$A:3261/iser" || fail "setup: target $q"
+	i=$((i + 1))
+done
+nlisten() { rdma resource show cm_id 2>/dev/null | grep -c 'state LISTEN'; }
+[ "$(nlisten)" = 35 ] || fail "setup: $(nlisten) LISTEN, want 35 (33 ports, 2 iSER listeners)"
 listening nvmet_rdma $A 4420 rxe0 || fail "port 1 does not listen at setup"
 reset_and_wait "objects created after start" lio
+i=0
+until [ "$(nlisten)" = 35 ]; do
+	i=$((i + 1))
+	[ $i -lt 200 ] || fail "objects created after start: $(nlisten) of 35 listening 20 s after the reset"
+	sleep 0.1
+done
 nvmet_linked 1 $NQN && nvmet_linked 1 $NQN2 || fail "a link is missing after the heal: $(links_order 1)"
 log "objects created after start: nvmet ${ms} ms, iSER ${ms2} ms"
 # A reload rescans configfs and compares it with the model: the model must
@@ -51,6 +69,11 @@ grep -q 'disagreed' "$W/daemon.log" && fail "the model disagreed with the rescan
 metric "heal_ms=$ms"
 
 # nvmet's tree goes and comes back: no inotify event reports it.
+i=1
+while [ $i -le 32 ]; do
+	nvmet_unlink $((100 + i)) $NQN && rmdir "$N/ports/$((100 + i))" || fail "teardown: port $((100 + i))"
+	i=$((i + 1))
+done
 must nvmet_unlink 1 $NQN
 must nvmet_unlink 1 $NQN2
 must rmdir "$N/ports/1"
@@ -84,4 +107,4 @@ if [ $reloaded = yes ]; then
 fi
 daemon_alive || fail "the daemon died"
 daemon_stop
-pass "objects created after start healed; nvmet reloaded=$reloaded and the new port healed (${ms} ms); no model/rescan disagreement"
+pass "35 objects created after start healed; nvmet reloaded=$reloaded and the new port healed (${ms} ms); no model/rescan disagreement"
