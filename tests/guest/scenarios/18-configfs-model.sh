@@ -107,4 +107,4 @@ if [ $reloaded = yes ]; then
 fi
 daemon_alive || fail "the daemon died"
 daemon_stop
-pass "35 objects created after start healed; nvmet reloaded=$reloaded and the new port healed (${ms} ms); no model/rescan disagreement"
+pass "35 listeners of objects created after start healed; nvmet reloaded=$reloaded and the new port healed (${ms} ms); no model/rescan disagreement"
