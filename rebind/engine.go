@@ -419,7 +419,19 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 				"act_and_verify", time.Since(planned), "configfs_writes", w, "journal", j)
 		}()
 	}
-	for _, h := range pl.Heals {
+	// The round's journal entries are written first, in one batch (one
+	// directory sync for every heal of the round, not one per endpoint);
+	// each heal re-checks its own preconditions before its first write.
+	var pre map[int]putResult
+	if len(pl.Heals) > 0 && !e.opt.DryRun {
+		var err error
+		if pre, err = e.journalRound(pl.Heals); err != nil {
+			return pl.Items, err
+		}
+	}
+	var deletes []Key
+	var dropped []Heal
+	for i, h := range pl.Heals {
 		if err := ctx.Err(); err != nil {
 			return pl.Items, err
 		}
@@ -428,19 +440,33 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 			continue
 		}
 		p := pending{heal: h, start: e.opt.Now(), wall: time.Now()}
-		p.err = e.execute(h)
+		var del []Key
+		del, p.err = e.execute(h, pre[i])
 		if errors.Is(p.err, ErrCrashed) {
 			return pl.Items, p.err
 		}
+		deletes = append(deletes, del...)
 		if h.Action == ActDropJournal {
-			if p.err != nil {
-				e.log.Warn("journal entry not dropped", "keys", fmt.Sprint(h.Keys), "err", p.err)
-			} else {
-				e.log.Info("journal entry dropped", "listener", keysString(h.Keys), "reason", h.Reason)
-			}
+			dropped = append(dropped, h)
 			continue
 		}
 		done = append(done, p)
+	}
+	if len(deletes) > 0 {
+		// The journal entries of the heals that completed, in one batch.
+		t := time.Now()
+		err := e.opt.Store.DeleteAll(deletes)
+		e.journalTime(t)
+		if err != nil {
+			e.log.Warn("journal entries not removed; the next round finds their work done", "keys", keysString(deletes), "err", err)
+		}
+		for _, h := range dropped {
+			if err != nil {
+				e.log.Warn("journal entry not dropped", "keys", fmt.Sprint(h.Keys), "err", err)
+			} else {
+				e.log.Info("journal entry dropped", "listener", keysString(h.Keys), "reason", h.Reason)
+			}
+		}
 	}
 	if len(done) == 0 && len(pl.Heals) > 0 && !e.opt.DryRun {
 		pl = full()
@@ -585,114 +611,142 @@ func (e *Engine) report(outcomes []Outcome, items []Item) {
 	}
 }
 
-// execute performs one heal's steps in order, checking each step's
-// precondition right before it. It decides nothing: what to write is the
-// plan's. A write error stops the heal; the journal keeps what is left to
-// do for the next round.
-func (e *Engine) execute(h Heal) error {
-	fsys := timedTree{e.opt.Tree, e}
-	skip := map[Key]bool{}
-	puts, offs := 0, 0
-	for _, s := range h.Steps {
-		switch s.Op {
-		case OpJournalPut:
-			puts++
-		case OpSetISER:
-			if !s.On {
-				offs++
+// putResult is what the round's journal batch did for one heal.
+type putResult struct {
+	put  []Key        // journaled by this round, in this heal's order
+	skip map[Key]bool // objects the admin removed or set to 0 before the batch
+	err  error        // a precondition that stops the heal (or the batch failed)
+}
+
+// journalRound writes the journal entries of every heal of the round in
+// one batch, each object's precondition checked right before (a failed
+// one stops that heal, or skips that object). It returns what it did by
+// heal index; an error only for a fault point.
+func (e *Engine) journalRound(heals []Heal) (map[int]putResult, error) {
+	out := map[int]putResult{}
+	var ins []Intent
+	var from []int
+	for i, h := range heals {
+		r := putResult{skip: map[Key]bool{}}
+		var mine []Intent
+		for _, s := range h.Steps {
+			if s.Op != OpJournalPut {
+				continue
 			}
+			ok, err := e.journalPrecondition(s)
+			if err != nil {
+				r.err, mine = err, nil
+				break
+			}
+			if !ok {
+				r.skip[s.Key] = true
+				continue
+			}
+			in := s.Intent
+			in.Started = e.opt.Now()
+			mine = append(mine, in)
+		}
+		for _, in := range mine {
+			r.put = append(r.put, Key{in.Kind, in.ID})
+			ins = append(ins, in)
+			from = append(from, i)
+		}
+		out[i] = r
+	}
+	if len(ins) == 0 {
+		return out, nil
+	}
+	t := time.Now()
+	err := e.opt.Store.PutAll(ins)
+	e.journalTime(t)
+	if err != nil {
+		for _, i := range from {
+			r := out[i]
+			r.put, r.err = nil, err
+			out[i] = r
+		}
+		return out, nil
+	}
+	if e.fault("after-journal") {
+		return out, ErrCrashed
+	}
+	return out, nil
+}
+
+// execute performs one heal's writes in order, checking each step's
+// precondition right before it; its journal entries were written by the
+// round's batch (pre). It decides nothing: what to write is the plan's. A
+// write error stops the heal; the journal keeps what is left to do for the
+// next round. It returns the journal entries to remove once the heal is
+// done (the round removes them in one batch).
+func (e *Engine) execute(h Heal, pre putResult) ([]Key, error) {
+	if pre.err != nil {
+		return nil, pre.err
+	}
+	fsys := timedTree{e.opt.Tree, e}
+	skip := maps.Clone(pre.skip)
+	if skip == nil {
+		skip = map[Key]bool{}
+	}
+	// Earlier heals of the round ran since the batch: the ports journaled
+	// for this one are checked again before the first write (an admin's
+	// change meanwhile stops the heal, and its fresh entries go).
+	for _, s := range h.Steps {
+		if s.Op != OpJournalPut || s.Key.Kind != KindNvmet || !slices.Contains(pre.put, s.Key) {
+			continue
+		}
+		ok, err := e.journalPrecondition(s)
+		if err == nil && ok {
+			continue
+		}
+		if derr := e.opt.Store.DeleteAll(pre.put); derr != nil {
+			e.log.Warn("journal entries not removed", "keys", keysString(pre.put), "err", derr)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return nil, nil // the admin removed the port: nothing to do
+	}
+	offs := 0
+	for _, s := range h.Steps {
+		if s.Op == OpSetISER && !s.On {
+			offs++
 		}
 	}
-	var nPut, nUnlink, nLink, nOff, nOn int
-	for i := 0; i < len(h.Steps); i++ {
-		s := h.Steps[i]
+	var deletes []Key
+	var nUnlink, nLink, nOff, nOn int
+	for _, s := range h.Steps {
 		if skip[s.Key] && s.Op != OpJournalDelete {
 			continue
 		}
 		switch s.Op {
 		case OpJournalPut:
-			// A run of puts (every sharer of an endpoint) is written as one
-			// batch: each entry's precondition first, then the entries, one
-			// directory sync for all.
-			j := i
-			for j+1 < len(h.Steps) && h.Steps[j+1].Op == OpJournalPut {
-				j++
-			}
-			var ins []Intent
-			for _, s := range h.Steps[i : j+1] {
-				if ok, err := e.journalPrecondition(s); err != nil {
-					return err
-				} else if !ok {
-					skip[s.Key] = true
-					continue
-				}
-				in := s.Intent
-				in.Started = e.opt.Now()
-				ins = append(ins, in)
-			}
-			i = j
-			t := time.Now()
-			var err error
-			if len(ins) > 0 {
-				err = e.opt.Store.PutAll(ins)
-			}
-			e.journalTime(t)
-			if err != nil {
-				return err
-			}
-			if nPut += len(ins); nPut == puts && e.fault("after-journal") {
-				return ErrCrashed
-			}
-			continue
+			// Written by the round's batch.
 		case OpJournalDelete:
-			j := i
-			for j+1 < len(h.Steps) && h.Steps[j+1].Op == OpJournalDelete {
-				j++
-			}
-			var keys []Key
-			for _, s := range h.Steps[i : j+1] {
-				keys = append(keys, s.Key)
-			}
-			i = j
-			t := time.Now()
-			err := e.opt.Store.DeleteAll(keys)
-			e.journalTime(t)
-			if err != nil {
-				return err
-			}
-			continue
+			deletes = append(deletes, s.Key)
 		case OpUnlink:
 			if err := fsys.Unlink(s.Key.ID, s.Link); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return err
+				return nil, err
 			}
 			if e.fault(fmt.Sprintf("after-unlink-%d", nUnlink)) {
-				return ErrCrashed
+				return nil, ErrCrashed
 			}
 			nUnlink++
 		case OpLink:
-			// Only the port's links are needed, not its attributes.
-			links, err := fsys.Links(s.Key.ID)
-			if errors.Is(err, fs.ErrNotExist) {
-				skip[s.Key] = true // the admin removed the port
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("%s: re-read: %w", s.Key, err)
-			}
-			if slices.Contains(links, s.Link) {
-				continue
-			}
-			err = fsys.Relink(s.Key.ID, s.Link)
+			// No re-read: the kernel checks the precondition. The link
+			// there already (EEXIST) is done; the port or the subsystem
+			// gone (ENOENT) is the admin's removal, respected.
+			err := fsys.Relink(s.Key.ID, s.Link)
 			switch {
 			case err == nil, errors.Is(err, fs.ErrExist):
 			case errors.Is(err, fs.ErrNotExist):
-				// The subsystem was deleted by the admin: respected.
-				e.log.Info("subsystem gone, not relinked", "listener", s.Key.String(), "nqn", s.Link.NQN)
+				e.log.Info("port or subsystem gone, not relinked", "listener", s.Key.String(), "nqn", s.Link.NQN)
+				continue
 			default:
-				return err // refused binds included: the journal keeps the links
+				return nil, err // refused binds included: the journal keeps the links
 			}
 			if e.fault(fmt.Sprintf("after-relink-%d", nLink)) {
-				return ErrCrashed
+				return nil, ErrCrashed
 			}
 			nLink++
 		case OpSetISER:
@@ -702,7 +756,7 @@ func (e *Engine) execute(h Heal) error {
 				continue
 			}
 			if err != nil {
-				return fmt.Errorf("%s: re-read: %w", s.Key, err)
+				return nil, fmt.Errorf("%s: re-read: %w", s.Key, err)
 			}
 			if p.ISER == s.On {
 				if !s.On {
@@ -711,22 +765,22 @@ func (e *Engine) execute(h Heal) error {
 				continue
 			}
 			if err := fsys.SetISER(s.Key.ID, s.On); err != nil {
-				return err
+				return nil, err
 			}
 			if !s.On {
 				nOff++
 				if nOff == 1 && e.fault("after-iser-0") || nOff > 1 && nOff == offs && e.fault("after-all-iser-0") {
-					return ErrCrashed
+					return nil, ErrCrashed
 				}
 			} else {
 				nOn++
 				if nOn == 1 && e.fault("after-iser-1") {
-					return ErrCrashed
+					return nil, ErrCrashed
 				}
 			}
 		}
 	}
-	return nil
+	return deletes, nil
 }
 
 func (e *Engine) journalTime(start time.Time) {

@@ -2,6 +2,7 @@ package rebind_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -281,6 +282,70 @@ func TestAdminRemovalRespected(t *testing.T) {
 		if strings.Contains(l, "iser") || strings.Contains(l, "ports/2") || strings.Contains(l, nqnB) {
 			t.Errorf("undid an admin change: %s", l)
 		}
+	}
+}
+
+// TestAdminChangeAfterTheRoundsJournal: the round journals every heal
+// first; an admin who unlinks a subsystem from (or removes) a port after
+// that batch but before its heal starts is respected: that heal writes
+// nothing, its fresh journal entry goes (a restart must not relink the
+// admin's removal), and the next round heals the port with what is left.
+func TestAdminChangeAfterTheRoundsJournal(t *testing.T) {
+	for _, remove := range []bool{false, true} {
+		t.Run(fmt.Sprintf("remove-port=%v", remove), func(t *testing.T) {
+			w := newWorld(t)
+			w.k.AddPort("2", "rdma", "ipv4", "192.0.2.1", "4421")
+			admin := configfs.NewWithOps(w.k.Root, w.k.Admin())
+			must(t, admin.Relink("2", configfs.Link{Name: nqnA, NQN: nqnA}))
+			must(t, admin.Relink("2", configfs.Link{Name: nqnB, NQN: nqnB}))
+			w.reconcile(w.engine())
+			w.reset()
+			changed := false
+			w.fault = func(pt string) bool {
+				// Port 1's heal runs first (configfs order): its first
+				// unlink is after the round's journal batch.
+				if pt == "after-unlink-0" && !changed {
+					changed = true
+					if remove {
+						must(t, w.k.RemovePort("2"))
+					} else {
+						must(t, admin.Unlink("2", configfs.Link{Name: nqnB, NQN: nqnB}))
+					}
+				}
+				return false
+			}
+			e := w.engine()
+			w.k.ResetLog()
+			e.Reconcile(context.Background())
+			if !changed {
+				t.Fatal("port 1's heal never unlinked")
+			}
+			for _, l := range w.k.LogStrings() {
+				if strings.Contains(l, "ports/2") {
+					t.Errorf("wrote port 2 after the admin changed it: %s", l)
+				}
+			}
+			j, err := state.Open(w.state)
+			must(t, err)
+			if m, bad := j.Load(); len(m) != 0 || len(bad) != 0 {
+				t.Errorf("journal after the round: %v %v, want empty", m, bad)
+			}
+			w.fault = nil
+			w.reconcile(w.engine())
+			if !w.k.Listening("nvmet_rdma", "1") {
+				t.Error("port 1 not healed")
+			}
+			if remove {
+				return
+			}
+			w.reconcile(e)
+			if diff := cmp.Diff([]string{nqnA}, w.links("2")); diff != "" {
+				t.Errorf("port 2 links (-want +got):\n%s", diff)
+			}
+			if !w.k.Listening("nvmet_rdma", "2") {
+				t.Error("port 2 not healed by the next round")
+			}
+		})
 	}
 }
 
