@@ -1,12 +1,14 @@
 package rebind
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -27,6 +29,10 @@ type Kernel interface {
 // checkActionable, set by the package's tests, compares the heals of the
 // plan of the actionable objects with those of the full plan.
 var checkActionable func(fast, full []Heal)
+
+// checkSteady, set by the package's tests, compares what a round that
+// skipped its plan (nothing it reads changed) kept with a plan made anyway.
+var checkSteady func(kept []Item, plan Planned)
 
 // GIDReuser is a Kernel that can list devices reusing the GID tables of
 // an earlier listing for the ports it had (rdma.Live): the verification
@@ -111,14 +117,19 @@ type Engine struct {
 	log     *slog.Logger
 	trigger chan struct{}
 
-	run         sync.Mutex // one reconcile at a time
-	mu          sync.Mutex // guards the fields below
-	cfg         Config
-	mem         Memory
-	results     map[Key]Result
-	last        []Item
-	lastObs     Observed
-	lastAt      time.Time
+	run     sync.Mutex // one reconcile at a time
+	mu      sync.Mutex // guards the fields below
+	cfg     Config
+	mem     Memory
+	results map[Key]Result
+	last    []Item
+	lastObs Observed
+	lastAt  time.Time
+	// steady is the observation of the last round when that round planned
+	// every object, acted on nothing and left nothing time-dependent in
+	// memory: a round that observes the same again decides the same and
+	// skips its plan (idle resyncs, re-checks after a heal). nil: plan.
+	steady      *Observed
 	stats       Stats
 	journalErrs []error
 	bootUntil   time.Time
@@ -134,7 +145,10 @@ type request struct {
 
 // Stats are counters for metrics and status.
 type Stats struct {
-	Reconciles     uint64
+	Reconciles uint64
+	// Unchanged counts the rounds that observed exactly what the last one
+	// had, with nothing waiting on a timer, and so skipped the plan.
+	Unchanged      uint64
 	Rebinds        map[string]uint64 // by result: ok, refused, error, unverified
 	LastLatency    time.Duration
 	PendingRetries int
@@ -199,6 +213,7 @@ func (e *Engine) SetConfig(cfg Config) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.cfg = cfg
+	e.steady = nil
 	clear(e.mem.DeadSince)
 	clear(e.mem.NextTry)
 	clear(e.mem.Backoff)
@@ -217,6 +232,7 @@ func (e *Engine) Retry(k Key) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.mem.Forced[k] = true
+	e.steady = nil
 	for _, it := range e.last {
 		if it.Key == k && it.Endpoint.Addr.IsValid() {
 			delete(e.mem.DeadSince, it.Endpoint)
@@ -356,6 +372,28 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 		return nil, err
 	}
 	observed := time.Now()
+	e.mu.Lock()
+	same := e.steady != nil && sameInputs(e.steady, &obs)
+	var items []Item
+	if same {
+		items = e.last
+	}
+	e.mu.Unlock()
+	if same {
+		// Nothing the plan reads changed, and nothing in it depends on the
+		// clock: the last round's plan stands (it had no heal).
+		if checkSteady != nil {
+			e.mu.Lock()
+			p := Plan(obs, e.mem, e.cfg)
+			e.mu.Unlock()
+			checkSteady(items, p)
+		}
+		e.mu.Lock()
+		e.stats.Unchanged++
+		e.mu.Unlock()
+		e.report(nil, items)
+		return items, nil
+	}
 	// The objects whose endpoint may need an action are planned first:
 	// the first write does not wait for the plan of thousands of healthy
 	// listeners. Status and memory come from a plan of every object only.
@@ -503,10 +541,97 @@ func (e *Engine) learn(pl Planned, obs Observed, outcomes []Outcome) {
 	var pinsChanged bool
 	defer func() { e.stats.PendingRetries = len(e.mem.NextTry) }()
 	e.mem, pinsChanged = Learn(e.mem, pl.Endpoints, pl.Items, outcomes, obs.Now)
+	e.steady = nil
+	if len(pl.Heals) == 0 && len(outcomes) == 0 && timeless(pl, obs, e.mem) {
+		e.steady = &obs
+	}
 	if pinsChanged && e.opt.Store != nil && !e.opt.DryRun {
 		if err := e.opt.Store.SavePins(e.mem.Pins); err != nil {
 			e.log.Warn("pins not saved", "err", err)
 		}
+	}
+}
+
+// timeless reports whether a plan of obs decides nothing by the clock, so
+// that the same observation planned later decides the same: every endpoint
+// listens, has nothing to listen or is unknown (never healed, never held by
+// a timer), memory holds no timer (dead-since, backoff) and no forced
+// rebind, there is no journal entry and the boot window is over.
+func timeless(pl Planned, obs Observed, mem Memory) bool {
+	if len(mem.DeadSince)+len(mem.NextTry)+len(mem.Backoff)+len(mem.Forced) > 0 || len(obs.Journal) > 0 ||
+		len(obs.Declared) > 0 && obs.Now.Before(obs.BootUntil) {
+		return false
+	}
+	for _, es := range pl.Endpoints {
+		switch es.State {
+		case StateListening, StateNone, StateUnknown:
+		default:
+			return false
+		}
+	}
+	for _, it := range pl.Items {
+		if !it.RetryAt.IsZero() {
+			return false
+		}
+	}
+	return true
+}
+
+// sameInputs reports whether b holds what a plan reads of a, but the
+// clock: the configfs objects, the kernel's devices (GID tables included),
+// addresses and listening entries (connections come and go without
+// changing a plan; a listener's cm_id number is not read), the journal, the saved configs and the windows. Any
+// read error makes it false.
+func sameInputs(a, b *Observed) bool {
+	if a.DevicesErr != nil || b.DevicesErr != nil || a.AddrsErr != nil || b.AddrsErr != nil ||
+		a.ListenersErr != nil || b.ListenersErr != nil || a.PortalsErr != nil || b.PortalsErr != nil {
+		return false
+	}
+	if !a.BootUntil.Equal(b.BootUntil) || !a.EventAt.Equal(b.EventAt) || len(a.Journal)+len(b.Journal) > 0 ||
+		!reflect.DeepEqual(a.Declared, b.Declared) {
+		return false
+	}
+	if !maps.Equal(a.Subsystems, b.Subsystems) || !maps.Equal(a.LinksUnread, b.LinksUnread) {
+		return false
+	}
+	if !slices.EqualFunc(a.Ports, b.Ports, func(x, y configfs.Port) bool {
+		return x.Err == nil && y.Err == nil && x.ID == y.ID && x.Trtype == y.Trtype && x.Adrfam == y.Adrfam &&
+			x.Traddr == y.Traddr && x.Trsvcid == y.Trsvcid && slices.Equal(x.Links, y.Links)
+	}) {
+		return false
+	}
+	if !slices.EqualFunc(a.Portals, b.Portals, func(x, y configfs.Portal) bool {
+		return x.Err == nil && y.Err == nil && x.IQN == y.IQN && x.TPG == y.TPG && x.NP == y.NP && x.Addr == y.Addr && x.ISER == y.ISER
+	}) {
+		return false
+	}
+	if !slices.EqualFunc(a.Addrs, b.Addrs, func(x, y rdma.Addr) bool {
+		return x.Ifindex == y.Ifindex && x.Netdev == y.Netdev && x.IP == y.IP && bytes.Equal(x.HWAddr, y.HWAddr)
+	}) {
+		return false
+	}
+	if !reflect.DeepEqual(a.Devices, b.Devices) {
+		return false
+	}
+	i, j := 0, 0
+	for {
+		for i < len(a.Listeners) && !a.Listeners[i].Listening() {
+			i++
+		}
+		for j < len(b.Listeners) && !b.Listeners[j].Listening() {
+			j++
+		}
+		if i == len(a.Listeners) || j == len(b.Listeners) {
+			return i == len(a.Listeners) && j == len(b.Listeners)
+		}
+		// What a plan reads of a listening entry (not the cm_id's number:
+		// the same listener is the same, and nothing is planned from it).
+		x, y := a.Listeners[i], b.Listeners[j]
+		if x.DevIndex != y.DevIndex || x.DevName != y.DevName || x.Port != y.Port || x.Src != y.Src || x.KernName != y.KernName || x.PS != y.PS {
+			return false
+		}
+		i++
+		j++
 	}
 }
 

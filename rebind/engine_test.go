@@ -349,6 +349,84 @@ func TestAdminChangeAfterTheRoundsJournal(t *testing.T) {
 	}
 }
 
+// TestUnchangedRoundSkipsThePlan: a round that observes exactly what the
+// last one did, with nothing on a timer, keeps the last plan (counted in
+// Stats.Unchanged; the package's tests check each such round against a
+// plan made anyway). Anything a plan reads that changes — a listener gone
+// without any device event, an admin's configfs write, a reload, a dead
+// endpoint's timers — makes the round plan.
+func TestUnchangedRoundSkipsThePlan(t *testing.T) {
+	w := newWorld(t)
+	// A second target sharing the iSER portal: one sharer going to 0
+	// leaves the kernel's listener as it was (only configfs changes).
+	const iqn2 = "iqn.2003-01.org.example:shared"
+	const shared = iqn2 + "/tpgt_1/192.0.2.1:3260"
+	w.k.AddPortal(iqn2, "tpgt_1", "192.0.2.1:3260")
+	admin := configfs.NewWithOps(w.k.Root, w.k.Admin())
+	must(t, admin.SetISER(shared, true))
+	e := w.engine()
+	unchanged := func() uint64 { return e.Snapshot().Stats.Unchanged }
+	w.reconcile(e)
+	w.reconcile(e)
+	w.reconcile(e)
+	if got := unchanged(); got != 2 {
+		t.Fatalf("healthy target, 3 rounds: %d skipped plans, want 2", got)
+	}
+	// A listener destroyed without any device event: planned, held for
+	// the removal grace (its device is still registered: a removal may be
+	// in progress), then healed; the rounds in between plan too (a timer).
+	w.k.KillListener("nvmet_rdma", "1")
+	w.reconcile(e)
+	w.reconcile(e)
+	w.clk.advance(6 * time.Second)
+	w.reconcile(e)
+	if got := unchanged(); got != 2 {
+		t.Errorf("a listener vanished, yet %d plans were skipped", got-2)
+	}
+	if !w.k.Listening("nvmet_rdma", "1") {
+		t.Fatal("the vanished listener was not healed")
+	}
+	w.reconcile(e) // the heal's own verification is not a steady plan
+	w.reconcile(e)
+	base := unchanged()
+	// An admin's write that leaves the kernel as it was.
+	must(t, admin.SetISER(portal, false))
+	if !w.k.Listening("ib_isert", shared) {
+		t.Fatal("the fake dropped a shared listener when one sharer went to 0")
+	}
+	items := w.reconcile(e)
+	if unchanged() != base {
+		t.Error("the admin set iser=0, yet the plan was skipped")
+	}
+	if it := item(items, portal); it.Expected {
+		t.Errorf("portal at iser=0 still expected: %+v", it)
+	}
+	w.reconcile(e)
+	base = unchanged()
+	// A reload.
+	e.SetConfig(w.cfg)
+	w.reconcile(e)
+	if unchanged() != base {
+		t.Error("a reload, yet the plan was skipped")
+	}
+	// Dead endpoints waiting for their device: every round plans (their
+	// timers: dead-since, give-up), and the device's return heals them.
+	w.k.RemoveDevice("rxe0")
+	w.reconcile(e)
+	base = unchanged()
+	w.reconcile(e)
+	w.clk.advance(time.Minute)
+	w.reconcile(e)
+	if unchanged() != base {
+		t.Error("a dead endpoint's round skipped its plan")
+	}
+	w.k.AddDevice("rxe0", 0x80dd69fffe0d1e0b, "veth0")
+	w.reconcile(e)
+	if !w.k.Listening("nvmet_rdma", "1") {
+		t.Error("not healed when the device came back")
+	}
+}
+
 func TestGiveUp(t *testing.T) {
 	w := newWorld(t)
 	w.cfg.GiveUpAfter = 5 * time.Second
