@@ -457,16 +457,13 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 				"act_and_verify", time.Since(planned), "configfs_writes", w, "journal", j)
 		}()
 	}
-	// The round's journal entries are written first, in one batch (one
-	// directory sync for every heal of the round, not one per endpoint);
-	// each heal re-checks its own preconditions before its first write.
-	var pre map[int]putResult
-	if len(pl.Heals) > 0 && !e.opt.DryRun {
-		var err error
-		if pre, err = e.journalRound(pl.Heals); err != nil {
-			return pl.Items, err
-		}
-	}
+	// Journal entries are written in two batches: the first heal's alone
+	// (its first write waits for nothing else), then those of every other
+	// heal of the round at once (one directory sync, not one per
+	// endpoint); each heal re-checks its own preconditions before its
+	// first write.
+	pre := map[int]putResult{}
+	journaled := 0 // heals [0, journaled) are journaled
 	var deletes []Key
 	var dropped []Heal
 	for i, h := range pl.Heals {
@@ -476,6 +473,16 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 		if e.opt.DryRun {
 			e.log.Info("dry run: would act", "endpoint", h.Endpoint.String(), "action", h.Action.String(), "objects", len(h.Keys), "steps", len(h.Steps), "reason", h.Reason)
 			continue
+		}
+		if i >= journaled {
+			end := len(pl.Heals)
+			if i == 0 {
+				end = 1
+			}
+			if err := e.journalRound(pl.Heals[i:end], i, pre); err != nil {
+				return pl.Items, err
+			}
+			journaled = end
 		}
 		p := pending{heal: h, start: e.opt.Now(), wall: time.Now()}
 		var del []Key
@@ -743,15 +750,16 @@ type putResult struct {
 	err  error        // a precondition that stops the heal (or the batch failed)
 }
 
-// journalRound writes the journal entries of every heal of the round in
-// one batch, each object's precondition checked right before (a failed
-// one stops that heal, or skips that object). It returns what it did by
-// heal index; an error only for a fault point.
-func (e *Engine) journalRound(heals []Heal) (map[int]putResult, error) {
-	out := map[int]putResult{}
+// journalRound writes the journal entries of heals (the round's heals
+// from index first) in one batch, each object's precondition checked
+// right before (a failed one stops that heal, or skips that object). It
+// records what it did in out by the round's heal index; an error only for
+// a fault point.
+func (e *Engine) journalRound(heals []Heal, first int, out map[int]putResult) error {
 	var ins []Intent
 	var from []int
-	for i, h := range heals {
+	for n, h := range heals {
+		i := first + n
 		r := putResult{skip: map[Key]bool{}}
 		var mine []Intent
 		for _, s := range h.Steps {
@@ -779,7 +787,7 @@ func (e *Engine) journalRound(heals []Heal) (map[int]putResult, error) {
 		out[i] = r
 	}
 	if len(ins) == 0 {
-		return out, nil
+		return nil
 	}
 	t := time.Now()
 	err := e.opt.Store.PutAll(ins)
@@ -790,12 +798,12 @@ func (e *Engine) journalRound(heals []Heal) (map[int]putResult, error) {
 			r.put, r.err = nil, err
 			out[i] = r
 		}
-		return out, nil
+		return nil
 	}
 	if e.fault("after-journal") {
-		return out, ErrCrashed
+		return ErrCrashed
 	}
-	return out, nil
+	return nil
 }
 
 // execute performs one heal's writes in order, checking each step's

@@ -285,31 +285,37 @@ func TestAdminRemovalRespected(t *testing.T) {
 	}
 }
 
-// TestAdminChangeAfterTheRoundsJournal: the round journals every heal
-// first; an admin who unlinks a subsystem from (or removes) a port after
-// that batch but before its heal starts is respected: that heal writes
-// nothing, its fresh journal entry goes (a restart must not relink the
-// admin's removal), and the next round heals the port with what is left.
+// TestAdminChangeAfterTheRoundsJournal: the round journals its first heal
+// alone, then every other heal at once; an admin who unlinks a subsystem
+// from (or removes) a port after that batch but before the port's heal
+// starts is respected: that heal writes nothing, its fresh journal entry
+// goes (a restart must not relink the admin's removal), and the next round
+// heals the port with what is left.
 func TestAdminChangeAfterTheRoundsJournal(t *testing.T) {
 	for _, remove := range []bool{false, true} {
 		t.Run(fmt.Sprintf("remove-port=%v", remove), func(t *testing.T) {
 			w := newWorld(t)
-			w.k.AddPort("2", "rdma", "ipv4", "192.0.2.1", "4421")
 			admin := configfs.NewWithOps(w.k.Root, w.k.Admin())
-			must(t, admin.Relink("2", configfs.Link{Name: nqnA, NQN: nqnA}))
-			must(t, admin.Relink("2", configfs.Link{Name: nqnB, NQN: nqnB}))
+			for _, id := range []string{"2", "3"} {
+				w.k.AddPort(id, "rdma", "ipv4", "192.0.2.1", "442"+id)
+				must(t, admin.Relink(id, configfs.Link{Name: nqnA, NQN: nqnA}))
+				must(t, admin.Relink(id, configfs.Link{Name: nqnB, NQN: nqnB}))
+			}
 			w.reconcile(w.engine())
 			w.reset()
-			changed := false
+			heals, changed := 0, false
 			w.fault = func(pt string) bool {
-				// Port 1's heal runs first (configfs order): its first
-				// unlink is after the round's journal batch.
-				if pt == "after-unlink-0" && !changed {
-					changed = true
-					if remove {
-						must(t, w.k.RemovePort("2"))
-					} else {
-						must(t, admin.Unlink("2", configfs.Link{Name: nqnB, NQN: nqnB}))
+				// Heals run in configfs order: port 1 (journaled alone),
+				// then port 2 and port 3 (journaled together before port
+				// 2's heal). Port 3 changes during port 2's heal.
+				if pt == "after-unlink-0" {
+					if heals++; heals == 2 {
+						changed = true
+						if remove {
+							must(t, w.k.RemovePort("3"))
+						} else {
+							must(t, admin.Unlink("3", configfs.Link{Name: nqnB, NQN: nqnB}))
+						}
 					}
 				}
 				return false
@@ -318,11 +324,11 @@ func TestAdminChangeAfterTheRoundsJournal(t *testing.T) {
 			w.k.ResetLog()
 			e.Reconcile(context.Background())
 			if !changed {
-				t.Fatal("port 1's heal never unlinked")
+				t.Fatal("port 2's heal never unlinked")
 			}
 			for _, l := range w.k.LogStrings() {
-				if strings.Contains(l, "ports/2") {
-					t.Errorf("wrote port 2 after the admin changed it: %s", l)
+				if strings.Contains(l, "ports/3") {
+					t.Errorf("wrote port 3 after the admin changed it: %s", l)
 				}
 			}
 			j, err := state.Open(w.state)
@@ -332,18 +338,18 @@ func TestAdminChangeAfterTheRoundsJournal(t *testing.T) {
 			}
 			w.fault = nil
 			w.reconcile(w.engine())
-			if !w.k.Listening("nvmet_rdma", "1") {
-				t.Error("port 1 not healed")
+			if !w.k.Listening("nvmet_rdma", "1") || !w.k.Listening("nvmet_rdma", "2") {
+				t.Error("ports 1 and 2 not healed")
 			}
 			if remove {
 				return
 			}
 			w.reconcile(e)
-			if diff := cmp.Diff([]string{nqnA}, w.links("2")); diff != "" {
-				t.Errorf("port 2 links (-want +got):\n%s", diff)
+			if diff := cmp.Diff([]string{nqnA}, w.links("3")); diff != "" {
+				t.Errorf("port 3 links (-want +got):\n%s", diff)
 			}
-			if !w.k.Listening("nvmet_rdma", "2") {
-				t.Error("port 2 not healed by the next round")
+			if !w.k.Listening("nvmet_rdma", "3") {
+				t.Error("port 3 not healed by the next round")
 			}
 		})
 	}
