@@ -549,7 +549,9 @@ func (e *Engine) learn(pl Planned, obs Observed, outcomes []Outcome) {
 	defer func() { e.stats.PendingRetries = len(e.mem.NextTry) }()
 	e.mem, pinsChanged = Learn(e.mem, pl.Endpoints, pl.Items, outcomes, obs.Now)
 	e.steady = nil
-	if len(pl.Heals) == 0 && len(outcomes) == 0 && timeless(pl, obs, e.mem) {
+	// After a heal too: pl is then the verification's plan, and timeless
+	// judges the memory the outcomes left.
+	if len(pl.Heals) == 0 && timeless(pl, obs, e.mem) {
 		e.steady = &obs
 	}
 	if pinsChanged && e.opt.Store != nil && !e.opt.DryRun {
@@ -587,14 +589,17 @@ func timeless(pl Planned, obs Observed, mem Memory) bool {
 // sameInputs reports whether b holds what a plan reads of a, but the
 // clock: the configfs objects, the kernel's devices (GID tables included),
 // addresses and listening entries (connections come and go without
-// changing a plan; a listener's cm_id number is not read), the journal, the saved configs and the windows. Any
-// read error makes it false.
+// changing a plan; a listener's cm_id number is not read), the journal,
+// the saved configs and the boot window. Any read error makes it false.
 func sameInputs(a, b *Observed) bool {
 	if a.DevicesErr != nil || b.DevicesErr != nil || a.AddrsErr != nil || b.AddrsErr != nil ||
 		a.ListenersErr != nil || b.ListenersErr != nil || a.PortalsErr != nil || b.PortalsErr != nil {
 		return false
 	}
-	if !a.BootUntil.Equal(b.BootUntil) || !a.EventAt.Equal(b.EventAt) || len(a.Journal)+len(b.Journal) > 0 ||
+	// EventAt is not compared: a plan reads it only for an endpoint that
+	// waits for its address in a GID table (dead), and a steady plan has
+	// none.
+	if !a.BootUntil.Equal(b.BootUntil) || len(a.Journal)+len(b.Journal) > 0 ||
 		!reflect.DeepEqual(a.Declared, b.Declared) {
 		return false
 	}

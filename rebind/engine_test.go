@@ -378,6 +378,13 @@ func TestUnchangedRoundSkipsThePlan(t *testing.T) {
 	if got := unchanged(); got != 2 {
 		t.Fatalf("healthy target, 3 rounds: %d skipped plans, want 2", got)
 	}
+	// An event that changed nothing the plan reads (a poke: udev, an
+	// address elsewhere) does not make a healthy round plan.
+	e.Poke()
+	w.reconcile(e)
+	if got := unchanged(); got != 3 {
+		t.Fatalf("a poke on a healthy target: %d skipped plans, want 3", got)
+	}
 	// A listener destroyed without any device event: planned, held for
 	// the removal grace (its device is still registered: a removal may be
 	// in progress), then healed; the rounds in between plan too (a timer).
@@ -386,8 +393,8 @@ func TestUnchangedRoundSkipsThePlan(t *testing.T) {
 	w.reconcile(e)
 	w.clk.advance(6 * time.Second)
 	w.reconcile(e)
-	if got := unchanged(); got != 2 {
-		t.Errorf("a listener vanished, yet %d plans were skipped", got-2)
+	if got := unchanged(); got != 3 {
+		t.Errorf("a listener vanished, yet %d plans were skipped", got-3)
 	}
 	if !w.k.Listening("nvmet_rdma", "1") {
 		t.Fatal("the vanished listener was not healed")
