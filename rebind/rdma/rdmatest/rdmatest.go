@@ -335,7 +335,7 @@ func (k *Kernel) CMIDs(devs []rdma.Device) ([]rdma.CMID, error) {
 		return nil, k.CMIDsErr
 	}
 	keys := k.keys()
-	var out []rdma.CMID
+	out := make([]rdma.CMID, 0, len(keys)) // one entry per listener, but for wildcards
 	for _, d := range k.devs {
 		for _, key := range keys {
 			l := k.listen[key]
@@ -390,7 +390,11 @@ func (k *Kernel) CMIDCalls() int {
 func (k *Kernel) Addrs() ([]rdma.Addr, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	var out []rdma.Addr
+	n := 0
+	for _, as := range k.addrs {
+		n += len(as)
+	}
+	out := make([]rdma.Addr, 0, n)
 	for _, n := range k.netdevs() {
 		for _, a := range k.addrs[n] {
 			out = append(out, rdma.Addr{Ifindex: k.ifindex[n], Netdev: n, IP: a})
