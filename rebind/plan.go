@@ -321,7 +321,8 @@ type netView struct {
 	addrs    map[netip.Addr]rdma.Addr
 	carriers rdma.Carriers
 	devByIdx map[uint32]rdma.Device
-	bound    map[lkey][]rdma.CMID // address-bound LISTEN entries
+	spans    map[lkey]span // address-bound LISTEN entries: backing[start:end]
+	backing  []rdma.CMID
 	wild     map[lkey]bool        // wildcard children (no port)
 }
 
@@ -336,12 +337,10 @@ func netIndex(obs Observed) netView {
 	// one slice per listener was most of a plan's garbage (BENCHMARKS.md).
 	v := netView{addrs: make(map[netip.Addr]rdma.Addr, len(obs.Addrs)), carriers: rdma.IndexCarriers(obs.Devices),
 		devByIdx: make(map[uint32]rdma.Device, len(obs.Devices)),
-		bound:    make(map[lkey][]rdma.CMID, len(obs.Listeners)), wild: map[lkey]bool{}}
+		spans:    make(map[lkey]span, len(obs.Listeners)), wild: map[lkey]bool{}}
 	// The bound listeners share one backing array, grouped by key in
-	// table order: each key's entries are a capacity-limited sub-slice
-	// (one allocation instead of one per listener).
-	type span struct{ start, end int }
-	spans := make(map[lkey]span, len(obs.Listeners))
+	// table order: each key's entries are a span of it (one allocation
+	// instead of one per listener, and one map).
 	n := 0
 	for _, c := range obs.Listeners {
 		if !c.Listening() {
@@ -352,29 +351,26 @@ func netIndex(obs Observed) netView {
 			v.wild[k] = true
 			continue
 		}
-		sp := spans[k]
+		sp := v.spans[k]
 		sp.end++ // a count, for now
-		spans[k] = sp
+		v.spans[k] = sp
 		n++
 	}
 	at := 0
-	for k, sp := range spans {
-		spans[k] = span{at, at} // end is the fill cursor
+	for k, sp := range v.spans {
+		v.spans[k] = span{at, at} // end is the fill cursor
 		at += sp.end
 	}
-	backing := make([]rdma.CMID, n)
+	v.backing = make([]rdma.CMID, n)
 	for _, c := range obs.Listeners {
 		if !c.Listening() || c.Port == 0 {
 			continue
 		}
 		k := lkey{c.KernName, unzoned(c.Src)}
-		sp := spans[k]
-		backing[sp.end] = c
+		sp := v.spans[k]
+		v.backing[sp.end] = c
 		sp.end++
-		spans[k] = sp
-	}
-	for k, sp := range spans {
-		v.bound[k] = backing[sp.start:sp.end:sp.end]
+		v.spans[k] = sp
 	}
 	for _, a := range obs.Addrs {
 		if _, dup := v.addrs[a.IP.Unmap()]; !dup {
@@ -407,12 +403,25 @@ func (v netView) carrierOf(ip netip.Addr) carrier {
 	return c
 }
 
+// span is a key's run of entries in netView.backing.
+type span struct{ start, end int }
+
+// bound returns the address-bound LISTEN entries of k (capacity-limited:
+// appending never writes into another key's entries).
+func (v netView) bound(k lkey) []rdma.CMID {
+	sp, ok := v.spans[k]
+	if !ok {
+		return nil
+	}
+	return v.backing[sp.start:sp.end:sp.end]
+}
+
 // entries returns the LISTEN entries of the endpoint (a specific address).
 func (v netView) entries(e Endpoint) []rdma.CMID {
-	if es := v.bound[lkey{e.Owner(), e.Addr}]; len(es) > 0 {
+	if es := v.bound(lkey{e.Owner(), e.Addr}); len(es) > 0 {
 		return es
 	}
-	return v.bound[lkey{"", e.Addr}] // kernels without RES_KERN_NAME
+	return v.bound(lkey{"", e.Addr}) // kernels without RES_KERN_NAME
 }
 
 func watched(cfg Config, ip netip.Addr) bool {
