@@ -1,12 +1,13 @@
 # shared-iser-scale: 256 targets share one iSER portal 192.0.2.1:3260 (the
 # OpenStack Cinder LIO layout: one target per volume). Each is a bare target:
 # tpgt_1 and one np with iser=1, no LUN, TPG not enabled (iser=1 listens
-# anyway). Two resets:
-#  - the daemon: ms from `rdma link add` to LISTEN (daemon_listen_ms) and to
-#    every sharer reading 1 again (daemon_complete_ms);
+# anyway). Four resets:
+#  - the daemon: ms from `rdma link add` to LISTEN (daemon_listen_ms_R) and
+#    to every sharer reading 1 again (daemon_complete_ms_R);
 #  - no daemon, a script started right after `rdma link add` that writes 0
 #    to every sharer, then 1 to every sharer (shell builtins, no fork per
-#    sharer): script_listen_ms, script_complete_ms.
+#    sharer): script_listen_ms_R, script_complete_ms_R.
+# Two runs of each, interleaved daemon, script, script, daemon (R = 1, 2).
 # The first iser=1 after every sharer went to 0 creates the listener; each
 # later 1 only attaches to it. Every iser=1 write makes the kernel call
 # request_module("ib_isert") (iscsi_target_configfs.c), i.e. spawn modprobe:
@@ -57,52 +58,68 @@ complete() {
 	e2eutil since "$2"
 }
 
-# ---- the daemon ----
-write_config
-t=$(now)
-daemon_start || fail "daemon did not start"
-metric "daemon_start_ms=$(e2eutil since "$t")"
-status_expect "daemon, before" lio "$FIRST/tpgt_1/$A:$P" "endpoint=ib_isert $A:$P" sharers=$NT state=listening
-outage daemon
-l0=$(wc -l <"$W/daemon.log")
-t0=$(now)
-must rxe_add rxe0 veth0
-dl=$(wait_listen ib_isert $A $P 30 "$t0") || fail "daemon: $A:$P ($NT sharers) not listening 30 s after rdma link add"
-dc=$(complete daemon "$t0")
-# Where the daemon's time went (debug log: the events, the round that
-# acted; its line is written after the verification that follows the
-# last write).
-sleep 2
-tail -n +"$((l0 + 1))" "$W/daemon.log" | grep 'msg=event\|msg=round' | head -n 6 | while read -r line; do log "  $line"; done
-metric "daemon_listen_ms=$dl"
-metric "daemon_complete_ms=$dc"
-log "daemon: LISTEN $dl ms, every sharer at 1 $dc ms after rdma link add"
-listening ib_isert $A $P rxe0 || fail "daemon: $A:$P stopped listening after every sharer went back to 1"
-status_expect "daemon, after" lio "$LAST/tpgt_1/$A:$P" "endpoint=ib_isert $A:$P" sharers=$NT state=listening rdma_device=rxe0
-check_rc || fail "daemon: check exits $? after the heal"
-daemon_alive || fail "the daemon died"
-daemon_stop
+# One reset healed by the daemon (run R: 1, 2): daemon_listen_ms_R,
+# daemon_complete_ms_R. The daemon is started for the run and stopped
+# after it.
+daemon_run() {
+	write_config
+	t=$(now)
+	daemon_start || fail "daemon did not start"
+	metric "daemon_start_ms_$1=$(e2eutil since "$t")"
+	status_expect "daemon $1, before" lio "$FIRST/tpgt_1/$A:$P" "endpoint=ib_isert $A:$P" sharers=$NT state=listening
+	outage "daemon $1"
+	l0=$(wc -l <"$W/daemon.log")
+	t0=$(now)
+	must rxe_add rxe0 veth0
+	dl=$(wait_listen ib_isert $A $P 30 "$t0") || fail "daemon $1: $A:$P ($NT sharers) not listening 30 s after rdma link add"
+	dc=$(complete "daemon $1" "$t0")
+	# Where the daemon's time went (debug log: the events, the round that
+	# acted; its line is written after the verification that follows the
+	# last write).
+	sleep 2
+	tail -n +"$((l0 + 1))" "$W/daemon.log" | grep 'msg=event\|msg=round' | head -n 6 | while read -r line; do log "  $line"; done
+	metric "daemon_listen_ms_$1=$dl"
+	metric "daemon_complete_ms_$1=$dc"
+	log "daemon $1: LISTEN $dl ms, every sharer at 1 $dc ms after rdma link add"
+	listening ib_isert $A $P rxe0 || fail "daemon $1: $A:$P stopped listening after every sharer went back to 1"
+	status_expect "daemon $1, after" lio "$LAST/tpgt_1/$A:$P" "endpoint=ib_isert $A:$P" sharers=$NT state=listening rdma_device=rxe0
+	check_rc || fail "daemon $1: check exits $? after the heal"
+	daemon_alive || fail "the daemon died"
+	daemon_stop
+	eval "DL$1=$dl DC$1=$dc"
+}
 
-# ---- the script floor, no daemon ----
-outage script
-t0=$(now)
-must rxe_add rxe0 veth0
-(
-	set_isers 0 $A $P $Q || exit 1
-	echo "$(e2eutil since "$t0")" >"$W/all0"
-	set_isers 1 $A $P $Q || exit 2
-) &
-sp=$!
-sl=$(wait_listen ib_isert $A $P 30 "$t0") || fail "script: $A:$P not listening 30 s after rdma link add"
-sc=$(complete script "$t0")
-wait $sp || fail "script: an iser write was refused (exit $?: 1 = a 0, 2 = a 1)"
-metric "script_end_ms=$(e2eutil since "$t0")"
-bad=$(all_iser 1 $A $P $Q) || fail "script: sharers not at 1 after the script: $(echo "$bad" | cut -c1-200)"
-metric "script_all0_ms=$(cat "$W/all0")"
-metric "script_listen_ms=$sl"
-metric "script_complete_ms=$sc"
-log "script: every sharer at 0 after $(cat "$W/all0") ms, LISTEN $sl ms, every sharer at 1 $sc ms after rdma link add"
-listening ib_isert $A $P rxe0 || fail "script: $A:$P does not listen at the end"
+# One reset healed by the script floor, no daemon: script_listen_ms_R,
+# script_complete_ms_R (the same poll as the daemon's), script_all0_ms_R.
+script_run() {
+	outage "script $1"
+	t0=$(now)
+	must rxe_add rxe0 veth0
+	(
+		set_isers 0 $A $P $Q || exit 1
+		echo "$(e2eutil since "$t0")" >"$W/all0"
+		set_isers 1 $A $P $Q || exit 2
+	) &
+	sp=$!
+	sl=$(wait_listen ib_isert $A $P 30 "$t0") || fail "script $1: $A:$P not listening 30 s after rdma link add"
+	sc=$(complete "script $1" "$t0")
+	wait $sp || fail "script $1: an iser write was refused (exit $?: 1 = a 0, 2 = a 1)"
+	metric "script_end_ms_$1=$(e2eutil since "$t0")"
+	bad=$(all_iser 1 $A $P $Q) || fail "script $1: sharers not at 1 after the script: $(echo "$bad" | cut -c1-200)"
+	metric "script_all0_ms_$1=$(cat "$W/all0")"
+	metric "script_listen_ms_$1=$sl"
+	metric "script_complete_ms_$1=$sc"
+	log "script $1: every sharer at 0 after $(cat "$W/all0") ms, LISTEN $sl ms, every sharer at 1 $sc ms after rdma link add"
+	listening ib_isert $A $P rxe0 || fail "script $1: $A:$P does not listen at the end"
+	eval "SL$1=$sl SC$1=$sc"
+}
+
+# Interleaved, two of each: one run of each varies by seconds under TCG
+# (each iser=1 spawns modprobe), and the order must not favour either.
+daemon_run 1
+script_run 1
+script_run 2
+daemon_run 2
 # Teardown through the shared cleanup (the /init runs it again after the
 # scenario): it must remove all the targets.
 t=$(now)
@@ -111,4 +128,4 @@ td=$(e2eutil since "$t")
 metric "teardown_ms=$td"
 left=$(ls "$T/iscsi" | grep -c '^iqn\.')
 [ "$left" = 0 ] || fail "cleanup_all left $left targets behind: $(ls "$T/iscsi" | head -n 3 | tr '\n' ' ')"
-pass "$NT sharers (setup $setup ms): daemon LISTEN $dl ms / all at 1 $dc ms; script LISTEN $sl ms / all at 1 $sc ms after rdma link add"
+pass "$NT sharers (setup $setup ms): daemon LISTEN $DL1 / $DL2 ms, all at 1 $DC1 / $DC2 ms; script LISTEN $SL1 / $SL2 ms, all at 1 $SC1 / $SC2 ms after rdma link add (runs 1 / 2)"
