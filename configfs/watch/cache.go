@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 )
@@ -13,86 +14,255 @@ import (
 // node is what the model knows about one path under the root. Every field
 // but the tree links is a cache of one Ops call; each is valid only while
 // the directory it depends on is watched (the node's own watch for list
-// and attrs, the parent's for st and link).
+// and attrs, the parent's for the Lstat mode and link) and its flag is
+// set.
+//
+// A node is small on purpose (112 bytes; a tree of 4096 ports and 4096
+// portals has about 29,000): it keeps its name, not its path (pathOf
+// builds that); its children are a chain, indexed in m.big only when
+// there are many; of an Lstat only the mode (all configfs.FS reads of it);
+// of ReadAttrs the values, with errors and a symlink's target in ext,
+// which most nodes do not have.
 type node struct {
-	path   string
+	name   string // the entry's name in its parent; the root's: the root path
 	parent *node
-	kids   map[string]*node
-	wd     int32 // the node's inotify watch; 0: none
+	first  *node // the first child (children: first, first.next, ...)
+	next   *node // the next sibling
 
-	list   []string // ReadDirNames
-	listOK bool
+	list []string // ReadDirNames (fList)
+	vals []string // ReadAttrs' Values (fAttrs); Errs: ext.errs.attrs, else all nil
 
-	attrsKey string // the attribute names asked, joined by NUL
-	attrs    configfs.Attrs
-	attrsOK  bool
+	ext *nodeExt
 
-	st   fs.FileInfo // Lstat
-	stEr error
-	stOK bool
+	wd    int32       // the node's inotify watch; 0: none
+	mode  fs.FileMode // Lstat's mode (fStat, without error)
+	key   uint8       // the attribute names of vals: m.keys[key-1]
+	flags uint8
+}
 
-	link   string // Readlink
-	linkEr error
-	linkOK bool
+// node flags: which caches are valid, and whether the children are
+// indexed in m.big.
+const (
+	fList  = 1 << iota // list
+	fAttrs             // key, vals
+	fStat              // mode or ext.errs.st
+	fLink              // ext.link or ext.errs.link
+	fBig               // children indexed in m.big[n]
+)
+
+// nodeExt is what few nodes have: a symlink's target, errors kept.
+type nodeExt struct {
+	link string
+	errs *nodeErrs
+}
+
+// nodeErrs are the "does not exist" answers cached (rare).
+type nodeErrs struct {
+	attrs    []error // ReadAttrs' Errs when one is not nil
+	st, link error
+}
+
+// bigDir is the number of children from which a directory's are indexed
+// by name in m.big (below it, the chain is searched). A variable for the
+// tests.
+var bigDir = 8
+
+func (n *node) has(f uint8) bool { return n.flags&f != 0 }
+func (n *node) set(f uint8)      { n.flags |= f }
+func (n *node) clear(f uint8)    { n.flags &^= f }
+
+func (n *node) errs() *nodeErrs {
+	if n.ext == nil || n.ext.errs == nil {
+		return nil
+	}
+	return n.ext.errs
+}
+
+// setErrs makes n's errors e (nil: none kept).
+func (n *node) setErrs(e *nodeErrs) {
+	switch {
+	case n.ext != nil:
+		n.ext.errs = e
+	case e != nil:
+		n.ext = &nodeExt{errs: e}
+	}
+}
+
+// editErrs changes n's errors by edit (nothing is allocated when n has
+// none and keeps none).
+func (n *node) editErrs(edit func(e *nodeErrs)) {
+	var e nodeErrs
+	if old := n.errs(); old != nil {
+		e = *old
+	}
+	edit(&e)
+	if e.attrs == nil && e.st == nil && e.link == nil {
+		if n.errs() != nil {
+			n.setErrs(nil)
+		}
+		return
+	}
+	kept := e
+	n.setErrs(&kept)
+}
+
+// kid is n's child called name, nil when it has none.
+func (m *Model) kid(n *node, name string) *node {
+	if n.has(fBig) {
+		return m.big[n][name]
+	}
+	for k := n.first; k != nil; k = k.next {
+		if k.name == name {
+			return k
+		}
+	}
+	return nil
+}
+
+// addKid makes n's child called name (n has none).
+func (m *Model) addKid(n *node, name string) *node {
+	k := &node{name: m.kidName(n, name), parent: n, next: n.first}
+	n.first = k
+	switch {
+	case n.has(fBig):
+		m.big[n][k.name] = k
+	default:
+		count := 0
+		for c := n.first; c != nil; c = c.next {
+			count++
+		}
+		if count >= bigDir {
+			idx := make(map[string]*node, count)
+			for c := n.first; c != nil; c = c.next {
+				idx[c.name] = c
+			}
+			if m.big == nil {
+				m.big = map[*node]map[string]*node{}
+			}
+			m.big[n] = idx
+			n.set(fBig)
+		}
+	}
+	return k
+}
+
+// kidName is name as a string of its own: the one in n's cached listing
+// when it is short, else a copy (name is part of a longer path).
+func (m *Model) kidName(n *node, name string) string {
+	if n.has(fList) && len(n.list) <= bigDir {
+		for _, s := range n.list {
+			if s == name {
+				return s
+			}
+		}
+	}
+	return strings.Clone(name)
+}
+
+// unlinkKid removes k from its parent's children.
+func (m *Model) unlinkKid(p, k *node) {
+	if p.has(fBig) && m.big[p][k.name] == k {
+		delete(m.big[p], k.name)
+	}
+	for at := &p.first; *at != nil; at = &(*at).next {
+		if *at == k {
+			*at = k.next
+			k.next = nil
+			return
+		}
+	}
+}
+
+// pathOf is n's path.
+func (m *Model) pathOf(n *node) string {
+	size := 0
+	for c := n; c != nil; c = c.parent {
+		size += len(c.name) + 1
+	}
+	b := make([]byte, size-1)
+	at := len(b)
+	for c := n; c != nil; c = c.parent {
+		at -= len(c.name)
+		copy(b[at:], c.name)
+		if at > 0 {
+			at--
+			b[at] = '/'
+		}
+	}
+	return string(b)
+}
+
+// walk is the node of path (cleaned), nil when path is not under the root
+// or, unless create, when the model has no node for it.
+func (m *Model) walk(path string, create bool) *node {
+	path = filepath.Clean(path)
+	r := len(m.root)
+	if path != m.root && !(len(path) > r && path[r] == '/' && path[:r] == m.root) {
+		return nil
+	}
+	n := m.rootNode
+	if n == nil {
+		if !create {
+			return nil
+		}
+		n = &node{name: m.root}
+		m.rootNode = n
+	}
+	rest := path[r:]
+	for rest != "" {
+		rest = rest[1:] // the '/'
+		name := rest
+		if i := strings.IndexByte(rest, '/'); i >= 0 {
+			name, rest = rest[:i], rest[i:]
+		} else {
+			rest = ""
+		}
+		k := m.kid(n, name)
+		if k == nil {
+			if !create {
+				return nil
+			}
+			k = m.addKid(n, name)
+		}
+		n = k
+	}
+	return n
 }
 
 // node returns the node of path, creating it and its parents; nil when
 // path is not under the root.
-func (m *Model) node(path string) *node {
-	if n := m.nodes[path]; n != nil {
-		return n
-	}
-	if path != m.root && !strings.HasPrefix(path, m.root+"/") {
-		return nil
-	}
-	if path == m.root {
-		n := &node{path: path}
-		m.nodes[path] = n
-		return n
-	}
-	p := m.node(filepath.Dir(path))
-	if p == nil {
-		return nil
-	}
-	n := &node{path: path, parent: p}
-	if p.kids == nil {
-		p.kids = map[string]*node{}
-	}
-	p.kids[filepath.Base(path)] = n
-	m.nodes[path] = n
-	return n
-}
+func (m *Model) node(path string) *node { return m.walk(path, true) }
 
-// lookup is node for a path as FS makes them (clean: no Clean needed
-// when it is known).
-func (m *Model) lookup(path string) *node {
-	if n := m.nodes[path]; n != nil {
-		return n
-	}
-	return m.node(filepath.Clean(path))
-}
+// lookup is node (kept: the Ops calls create the nodes they cache in).
+func (m *Model) lookup(path string) *node { return m.walk(path, true) }
+
+// find is the node of path when the model has one.
+func (m *Model) find(path string) *node { return m.walk(path, false) }
 
 // drop forgets n and everything under it, removing their watches, and
 // what n's parent knows about n. Dropping a top-level directory (the
 // nvmet or LIO tree, the root) asks for a full rescan: their identity is
 // recorded at a rescan.
 func (m *Model) drop(n *node) {
+	path := m.pathOf(n)
 	if p := n.parent; p != nil {
-		delete(p.kids, filepath.Base(n.path))
-		p.listOK = false
+		m.unlinkKid(p, n)
+		p.clear(fList)
+	} else if m.rootNode == n {
+		m.rootNode = nil
 	}
 	m.forget(n)
-	if m.top[n.path] {
-		m.want("top-level directory " + n.path + " changed")
+	if m.top[path] {
+		m.want("top-level directory " + path + " changed")
 	}
 }
 
 func (m *Model) forget(n *node) {
-	for _, k := range n.kids {
+	for k := n.first; k != nil; k = k.next {
 		m.forget(k)
 	}
-	if m.nodes[n.path] == n {
-		delete(m.nodes, n.path)
+	if n.has(fBig) {
+		delete(m.big, n)
 	}
 	m.unwatch(n)
 	m.gen++
@@ -106,7 +276,7 @@ type cacheOps struct{ m *Model }
 func (c cacheOps) ReadDirNames(dir string) ([]string, error) {
 	m := c.m
 	n := m.lookup(dir)
-	if n != nil && n.listOK {
+	if n != nil && n.has(fList) {
 		m.stats.Hits++
 		return slices.Clone(n.list), nil
 	}
@@ -114,7 +284,8 @@ func (c cacheOps) ReadDirNames(dir string) ([]string, error) {
 	names, err := m.ops.ReadDirNames(dir)
 	m.stats.Reads++
 	if watched && err == nil {
-		n.list, n.listOK = slices.Clone(names), true
+		n.list = slices.Clone(names)
+		n.set(fList)
 	} else {
 		m.uncached++
 	}
@@ -123,15 +294,15 @@ func (c cacheOps) ReadDirNames(dir string) ([]string, error) {
 
 func (c cacheOps) ReadAttrs(dirs, names []string) []configfs.Attrs {
 	m := c.m
-	key := strings.Join(names, "\x00")
+	key := m.keyOf(names)
 	out := make([]configfs.Attrs, len(dirs))
 	var miss []int
 	var missDirs []string
 	var missNodes []*node
 	for i, d := range dirs {
 		n := m.lookup(d)
-		if n != nil && n.attrsOK && n.attrsKey == key {
-			out[i] = n.attrs
+		if n != nil && n.has(fAttrs) && key != 0 && n.key == key {
+			out[i] = m.attrsOf(n)
 			m.stats.Hits++
 			continue
 		}
@@ -149,14 +320,73 @@ func (c cacheOps) ReadAttrs(dirs, names []string) []configfs.Attrs {
 	res := m.ops.ReadAttrs(missDirs, names)
 	m.stats.Reads += uint64(len(miss))
 	for j, i := range miss {
-		out[i] = res[j]
-		if n := missNodes[j]; watched[j] && cacheable(res[j]) {
-			n.attrsKey, n.attrs, n.attrsOK = key, res[j], true
+		if n := missNodes[j]; watched[j] && key != 0 && cacheable(res[j]) {
+			m.setAttrs(n, key, &res[j])
 		} else {
 			m.uncached++
 		}
+		out[i] = res[j]
 	}
 	return out
+}
+
+// maxKeys bounds the sets of attribute names the model tells apart (FS
+// asks two); reads of more are not cached until the next rescan.
+const maxKeys = 255
+
+// keyOf numbers a set of attribute names (0: too many sets).
+func (m *Model) keyOf(names []string) uint8 {
+	for i, k := range m.keys {
+		if slices.Equal(k, names) {
+			return uint8(i + 1)
+		}
+	}
+	if len(m.keys) == maxKeys {
+		return 0
+	}
+	m.keys = append(m.keys, slices.Clone(names))
+	m.lastVals = append(m.lastVals, nil)
+	return uint8(len(m.keys))
+}
+
+// setAttrs caches a (read whole, cacheable) as n's attributes. A value
+// equal to the one the last directory read with the same names had is
+// shared with it (most are: rdma, ipv4, 4420, 1), a's own included.
+func (m *Model) setAttrs(n *node, key uint8, a *configfs.Attrs) {
+	last := m.lastVals[key-1]
+	switch {
+	case slices.Equal(last, a.Values) && last != nil:
+		a.Values = last
+	case len(last) == len(a.Values):
+		for i, v := range a.Values {
+			if v == last[i] {
+				a.Values[i] = last[i]
+			}
+		}
+	}
+	m.lastVals[key-1] = a.Values
+	var errs []error
+	if len(a.Errs) != len(a.Values) || slices.ContainsFunc(a.Errs, func(err error) bool { return err != nil }) {
+		errs = a.Errs
+	}
+	n.editErrs(func(e *nodeErrs) { e.attrs = errs })
+	n.vals, n.key = a.Values, key
+	n.set(fAttrs)
+}
+
+// attrsOf is n's cached attributes as ReadAttrs returned them (all nil
+// errors from one shared slice: FS only reads them).
+func (m *Model) attrsOf(n *node) configfs.Attrs {
+	a := configfs.Attrs{Values: n.vals}
+	if e := n.errs(); e != nil && e.attrs != nil {
+		a.Errs = e.attrs
+		return a
+	}
+	if len(m.nilErrs) < len(n.vals) {
+		m.nilErrs = make([]error, len(n.vals))
+	}
+	a.Errs = m.nilErrs[:len(n.vals):len(n.vals)]
+	return a
 }
 
 // cacheable: a directory read whole, whose attributes exist or do not
@@ -178,33 +408,68 @@ func notExistOrNil(err error) bool { return err == nil || errors.Is(err, fs.ErrN
 func (c cacheOps) Lstat(path string) (fs.FileInfo, error) {
 	m := c.m
 	n := m.lookup(path)
-	if n != nil && n.stOK {
+	if n != nil && n.has(fStat) {
 		m.stats.Hits++
-		return n.st, n.stEr
+		if e := n.errs(); e != nil && e.st != nil {
+			return nil, e.st
+		}
+		return (*nodeInfo)(n), nil
 	}
 	watched := n != nil && n.parent != nil && m.watch(n.parent)
 	st, err := m.ops.Lstat(path)
 	m.stats.Reads++
 	if watched && notExistOrNil(err) {
-		n.st, n.stEr, n.stOK = st, err, true
+		n.editErrs(func(e *nodeErrs) { e.st = err })
+		if err == nil {
+			n.mode = st.Mode()
+		}
+		n.set(fStat)
 	} else {
 		m.uncached++
 	}
 	return st, err
 }
 
+// nodeInfo is a cached Lstat: the node's name and mode. configfs.FS reads
+// only the mode (IsDir); size, time and Sys are not kept.
+type nodeInfo node
+
+func (i *nodeInfo) Name() string {
+	if i.parent == nil {
+		return filepath.Base(i.name)
+	}
+	return i.name
+}
+func (i *nodeInfo) Size() int64        { return 0 }
+func (i *nodeInfo) Mode() fs.FileMode  { return i.mode }
+func (i *nodeInfo) ModTime() time.Time { return time.Time{} }
+func (i *nodeInfo) IsDir() bool        { return i.mode.IsDir() }
+func (i *nodeInfo) Sys() any           { return nil }
+
 func (c cacheOps) Readlink(path string) (string, error) {
 	m := c.m
 	n := m.lookup(path)
-	if n != nil && n.linkOK {
+	if n != nil && n.has(fLink) {
 		m.stats.Hits++
-		return n.link, n.linkEr
+		if e := n.errs(); e != nil && e.link != nil {
+			return "", e.link
+		}
+		return n.ext.link, nil
 	}
 	watched := n != nil && n.parent != nil && m.watch(n.parent)
 	target, err := m.ops.Readlink(path)
 	m.stats.Reads++
 	if watched && notExistOrNil(err) {
-		n.link, n.linkEr, n.linkOK = target, err, true
+		if target == m.lastLink {
+			target = m.lastLink // ports link the same few subsystems: share the text
+		}
+		m.lastLink = target
+		n.editErrs(func(e *nodeErrs) { e.link = err })
+		if n.ext == nil {
+			n.ext = &nodeExt{}
+		}
+		n.ext.link = target
+		n.set(fLink)
 	} else {
 		m.uncached++
 	}
@@ -235,10 +500,10 @@ func (c cacheOps) WriteAttr(path, value string) error {
 // listing and attributes, and path itself with everything under it.
 func (m *Model) touchEntry(path string) {
 	m.gen++
-	if p := m.nodes[filepath.Dir(path)]; p != nil {
-		p.listOK, p.attrsOK = false, false
+	if p := m.find(filepath.Dir(path)); p != nil {
+		p.clear(fList | fAttrs)
 	}
-	if n := m.nodes[path]; n != nil {
+	if n := m.find(path); n != nil {
 		m.drop(n)
 	}
 }
@@ -247,10 +512,10 @@ func (m *Model) touchEntry(path string) {
 // attributes of its directory.
 func (m *Model) touchAttr(path string) {
 	m.gen++
-	if p := m.nodes[filepath.Dir(path)]; p != nil {
-		p.attrsOK = false
+	if p := m.find(filepath.Dir(path)); p != nil {
+		p.clear(fAttrs)
 	}
-	if n := m.nodes[path]; n != nil {
-		n.stOK = false
+	if n := m.find(path); n != nil {
+		n.clear(fStat)
 	}
 }

@@ -9,7 +9,11 @@
 // code over a caching configfs.Ops: the answers are FS's by construction
 // (same validation, ordering and errors); only where the bytes come from
 // differs. The cache holds, per path under the root, the results of the
-// four read calls FS makes (ReadDirNames, ReadAttrs, Lstat, Readlink).
+// four read calls FS makes (ReadDirNames, ReadAttrs, Lstat, Readlink),
+// in a tree of small nodes (names, not paths; of an Lstat only the mode,
+// all FS reads of it; equal attribute values and link targets shared):
+// the model of 4096 ports and 4096 portals holds about 5 MB
+// (BenchmarkModelRead's model-heap-B).
 // A directory's listing and attributes are cached only while the
 // directory is watched, an entry's Lstat and Readlink only while its
 // parent is; the watch is added before the read, so a change is either in

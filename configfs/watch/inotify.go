@@ -32,11 +32,12 @@ func (m *Model) watch(n *node) bool {
 	}
 	var wd int
 	var err error
+	path := m.pathOf(n)
 	if m.addWatchHook != nil {
-		err = m.addWatchHook(n.path)
+		err = m.addWatchHook(path)
 	}
 	if err == nil {
-		wd, err = unix.InotifyAddWatch(m.fd, n.path, watchMask)
+		wd, err = unix.InotifyAddWatch(m.fd, path, watchMask)
 	}
 	switch {
 	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
@@ -47,9 +48,9 @@ func (m *Model) watch(n *node) bool {
 		m.stats.Fallback = true
 		msg := "cannot watch a configfs directory: every read is a full read until a rescan can watch it"
 		if errors.Is(err, unix.ENOSPC) {
-			m.log.Warn(msg+"; raise the sysctl", "dir", n.path, "err", err, "sysctl", maxWatchesSysctl, "watches", len(m.byWD))
+			m.log.Warn(msg+"; raise the sysctl", "dir", path, "err", err, "sysctl", maxWatchesSysctl, "watches", len(m.byWD))
 		} else {
-			m.log.Warn(msg, "dir", n.path, "err", err, "watches", len(m.byWD))
+			m.log.Warn(msg, "dir", path, "err", err, "watches", len(m.byWD))
 		}
 		return false
 	}
@@ -141,25 +142,25 @@ func (m *Model) event(wd int32, mask uint32, name string) {
 	m.gen++
 	switch {
 	case mask&unix.IN_UNMOUNT != 0:
-		m.want("file system of " + n.path + " unmounted")
+		m.want("file system of " + m.pathOf(n) + " unmounted")
 		m.lost(n)
 	case mask&(unix.IN_IGNORED|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF) != 0:
 		// Not a watch the model removed (that one is out of byWD): the
 		// directory went away (rmdir, a module unloaded) or was moved.
 		m.lost(n)
 	case name == "":
-		n.attrsOK, n.stOK = false, false // the directory itself changed
+		n.clear(fAttrs | fStat) // the directory itself changed
 	case mask&(unix.IN_CREATE|unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_MOVED_TO) != 0:
 		// An entry appeared or went: the listing, the attributes (one
 		// may have appeared), and all that is known under that name.
-		n.listOK, n.attrsOK = false, false
-		if k := n.kids[name]; k != nil {
+		n.clear(fList | fAttrs)
+		if k := m.kid(n, name); k != nil {
 			m.drop(k)
 		}
 	default: // IN_MODIFY, IN_ATTRIB of an entry: an attribute written
-		n.attrsOK = false
-		if k := n.kids[name]; k != nil {
-			k.stOK = false
+		n.clear(fAttrs)
+		if k := m.kid(n, name); k != nil {
+			k.clear(fStat)
 		}
 	}
 }

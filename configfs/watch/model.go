@@ -54,13 +54,22 @@ type Model struct {
 	log  *slog.Logger
 	opts Options
 
-	fd     int
-	buf    []byte
-	nodes  map[string]*node // path → node
-	byWD   map[int32]*node  // live watches
-	top    map[string]bool  // directories whose loss means a rescan
-	idents map[string]ident // the top directories' identity at the last rescan
-	gen    uint64           // bumped at every invalidation
+	fd       int
+	buf      []byte
+	rootNode *node                      // the tree of nodes (nil: none yet)
+	big      map[*node]map[string]*node // the children of large directories, by name
+	byWD     map[int32]*node            // live watches
+	// keys are the sets of attribute names ReadAttrs was asked (a node
+	// keeps the number of its set), lastVals the last values cached for
+	// each (shared with the next when equal), nilErrs a shared slice of
+	// nil errors, lastLink the last symlink target cached.
+	keys     [][]string
+	lastVals [][]string
+	nilErrs  []error
+	lastLink string
+	top      map[string]bool  // directories whose loss means a rescan
+	idents   map[string]ident // the top directories' identity at the last rescan
+	gen      uint64           // bumped at every invalidation
 	// uncached counts reads answered by configfs and not kept (errors,
 	// unwatched directories): a result built from one is not memoised.
 	uncached uint64
@@ -150,7 +159,7 @@ func New(fsys *configfs.FS, opts Options) (*Model, error) {
 	for _, d := range m.topDirs() {
 		m.top[d] = true
 	}
-	m.nodes, m.byWD = map[string]*node{}, map[int32]*node{}
+	m.byWD = map[int32]*node{}
 	m.mu.Lock()
 	m.rescan(false, "start")
 	m.mu.Unlock()
@@ -284,7 +293,8 @@ func (m *Model) rescan(trusted bool, why string) {
 	m.pending = ""
 	m.fallback, m.stats.Fallback = false, false
 	old := m.byWD
-	m.byWD, m.nodes = map[int32]*node{}, map[string]*node{}
+	m.byWD, m.rootNode, m.big = map[int32]*node{}, nil, nil
+	m.keys, m.lastVals, m.lastLink = nil, nil, ""
 	m.gen++
 	for _, d := range m.topDirs()[:3] {
 		m.watch(m.node(d)) // root, nvmet, target: a tree appearing is noticed

@@ -383,7 +383,7 @@ func TestWatchDropped(t *testing.T) {
 	w := newWorld(t, t.TempDir(), basic, Options{})
 	w.same("start")
 	w.m.mu.Lock()
-	wd := w.m.nodes[w.path("nvmet/ports")].wd
+	wd := w.m.find(w.path("nvmet/ports")).wd
 	w.m.mu.Unlock()
 	if _, err := unix.InotifyRmWatch(w.m.fd, uint32(wd)); err != nil {
 		t.Fatal(err)
@@ -477,9 +477,9 @@ func TestPeriodicRescanFindsDisagreement(t *testing.T) {
 	w := newWorld(t, t.TempDir(), basic, Options{RescanEvery: time.Minute, Now: func() time.Time { return now }})
 	w.same("start")
 	w.m.mu.Lock()
-	n := w.m.nodes[w.path("nvmet/ports/2")]
-	n.attrs.Values = append([]string(nil), n.attrs.Values...)
-	n.attrs.Values[2] = "203.0.113.99"
+	n := w.m.find(w.path("nvmet/ports/2"))
+	n.vals = append([]string(nil), n.vals...)
+	n.vals[2] = "203.0.113.99"
 	w.m.gen++ // the whole answers are rebuilt from the (corrupt) cache
 	w.m.mu.Unlock()
 	if p, _ := w.m.Ports(); p[1].Traddr != "203.0.113.99" {

@@ -157,6 +157,14 @@ func TestPropertyRandomAdmin(t *testing.T) {
 	}
 }
 
+// TestPropertyRandomAdminIndexed: the same with every directory's
+// children indexed by name (the path a large directory takes).
+func TestPropertyRandomAdminIndexed(t *testing.T) {
+	defer func(n int) { bigDir = n }(bigDir)
+	bigDir = 1
+	TestPropertyRandomAdmin(t)
+}
+
 func FuzzModel(f *testing.F) {
 	f.Add([]byte{0, 0, 2, 0, 0, 13})
 	f.Add([]byte{5, 0, 0, 0, 7, 0, 0, 0, 1, 13, 9, 0, 13, 5, 1, 1, 1})
