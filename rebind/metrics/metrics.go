@@ -29,7 +29,7 @@ type Collector struct {
 	events *udev.Stats
 
 	listeners, givenUp, rebinds, latency, pending, reconciles, resyncs, reconnects, eventsSeen *prometheus.Desc
-	reconcileTime, writeTime, writes                                                           *prometheus.Desc
+	reconcileTime, writeTime, writes, unchanged                                                *prometheus.Desc
 }
 
 // NewCollector returns a collector over eng and the event stats (may be nil).
@@ -42,6 +42,7 @@ func NewCollector(eng *rebind.Engine, events *udev.Stats) *Collector {
 		latency:       prometheus.NewDesc(ns+"_last_relisten_seconds", "Time from the first write of the last successful rebind to LISTEN verified.", nil, nil),
 		pending:       prometheus.NewDesc(ns+"_pending_retries", "Listeners waiting for a backoff retry.", nil, nil),
 		reconciles:    prometheus.NewDesc(ns+"_reconciles_total", "Reconciles run.", nil, nil),
+		unchanged:     prometheus.NewDesc(ns+"_reconciles_unchanged_total", "Reconciles that observed exactly what the last one had, with nothing waiting on a timer, and kept its plan (counted in reconciles_total too).", nil, nil),
 		resyncs:       prometheus.NewDesc(ns+"_event_source_resyncs_total", "Full resyncs requested by an event source (socket (re)opened, overrun, unparsable event).", []string{"source"}, nil),
 		reconnects:    prometheus.NewDesc(ns+"_event_source_reconnects_total", "Event source reconnects after an error (ENOBUFS included).", []string{"source"}, nil),
 		eventsSeen:    prometheus.NewDesc(ns+"_events_total", "Kernel events received.", []string{"source"}, nil),
@@ -53,7 +54,7 @@ func NewCollector(eng *rebind.Engine, events *udev.Stats) *Collector {
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.listeners, c.givenUp, c.rebinds, c.latency, c.pending, c.reconciles, c.resyncs, c.reconnects, c.eventsSeen, c.reconcileTime, c.writeTime, c.writes} {
+	for _, d := range []*prometheus.Desc{c.listeners, c.givenUp, c.rebinds, c.latency, c.pending, c.reconciles, c.resyncs, c.reconnects, c.eventsSeen, c.reconcileTime, c.writeTime, c.writes, c.unchanged} {
 		ch <- d
 	}
 }
@@ -105,6 +106,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(snap.Stats.PendingRetries))
 	ch <- prometheus.MustNewConstMetric(c.reconciles, prometheus.CounterValue, float64(snap.Stats.Reconciles))
 	ch <- prometheus.MustNewConstMetric(c.reconcileTime, prometheus.CounterValue, snap.Stats.ReconcileTime.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.unchanged, prometheus.CounterValue, float64(snap.Stats.Unchanged))
 	ch <- prometheus.MustNewConstMetric(c.writeTime, prometheus.CounterValue, snap.Stats.WriteTime.Seconds())
 	ch <- prometheus.MustNewConstMetric(c.writes, prometheus.CounterValue, float64(snap.Stats.Writes))
 	if c.events != nil {

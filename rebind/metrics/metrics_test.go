@@ -55,6 +55,7 @@ var afterAHeal = []string{
 	`nvmet_rebind_listeners{kind="nvmet",state="dead"} 0`,
 	`nvmet_rebind_rebinds_total{result="ok"} 1`,
 	`nvmet_rebind_reconciles_total 1`,
+	`nvmet_rebind_reconciles_unchanged_total 0`,
 	`nvmet_rebind_event_source_resyncs_total{source="uevent"} 0`,
 	`nvmet_rebind_last_relisten_seconds `,
 	`nvmet_rebind_listeners_given_up{kind="nvmet"} 0`,
