@@ -17,6 +17,7 @@
 package configfs
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -352,7 +353,7 @@ func (f *FS) Portals() ([]Portal, error) {
 			}
 		}
 	}
-	var portals []Portal
+	portals := make([]Portal, 0, len(found))
 	for i, a := range f.ops.ReadAttrs(dirs, portalAttrs) {
 		p, err := portalFrom(found[i], a)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -364,8 +365,52 @@ func (f *FS) Portals() ([]Portal, error) {
 		}
 		portals = append(portals, p)
 	}
-	slices.SortStableFunc(portals, func(a, b Portal) int { return strings.Compare(a.ID(), b.ID()) })
+	slices.SortStableFunc(portals, comparePortalIDs)
 	return portals, errors.Join(errs...)
+}
+
+// comparePortalIDs orders portals as strings.Compare of their IDs
+// (<iqn>/<tpg>/<np>) would, without building the IDs.
+func comparePortalIDs(a, b Portal) int {
+	as := [3]string{a.IQN, a.TPG, a.NP}
+	bs := [3]string{b.IQN, b.TPG, b.NP}
+	// Walk both IDs byte by byte: part i, then "/", then part i+1.
+	ai, aj, bi, bj := 0, 0, 0, 0
+	at := func(parts *[3]string, i, j int) (byte, bool) {
+		if i > 2 {
+			return 0, false
+		}
+		if j < len(parts[i]) {
+			return parts[i][j], true
+		}
+		if i == 2 {
+			return 0, false
+		}
+		return '/', true
+	}
+	step := func(parts *[3]string, i, j *int) {
+		if *j < len(parts[*i]) {
+			*j++
+			return
+		}
+		*i, *j = *i+1, 0
+	}
+	for {
+		x, okA := at(&as, ai, aj)
+		y, okB := at(&bs, bi, bj)
+		switch {
+		case !okA && !okB:
+			return 0
+		case !okA:
+			return -1
+		case !okB:
+			return 1
+		case x != y:
+			return cmp.Compare(x, y)
+		}
+		step(&as, &ai, &aj)
+		step(&bs, &bi, &bj)
+	}
 }
 
 // portalAttrs are the attributes of an np that Portal mirrors.
