@@ -13,50 +13,101 @@ import (
 
 // node is what the model knows about one path under the root. Every field
 // but the tree links is a cache of one Ops call; each is valid only while
-// the directory it depends on is watched (the node's own watch for list
-// and attrs, the parent's for the Lstat mode and link) and its flag is
-// set.
+// the directory it depends on is watched (the node's own watch for the
+// listing and attributes, the parent's for the Lstat mode and the link)
+// and its flag is set.
 //
-// A node is small on purpose (112 bytes; a tree of 4096 ports and 4096
+// A node is small on purpose (80 bytes; a tree of 4096 ports and 4096
 // portals has about 29,000): it keeps its name, not its path (pathOf
 // builds that); its children are a chain, indexed in m.big only when
-// there are many; of an Lstat only the mode (all configfs.FS reads of it);
-// of ReadAttrs the values, with errors and a symlink's target in ext,
-// which most nodes do not have.
+// there are many; its listing, attribute values or symlink target share
+// one slice; of an Lstat it keeps only the mode (all configfs.FS reads of
+// it); the errors it caches are in m.errs.
 type node struct {
 	name   string // the entry's name in its parent; the root's: the root path
 	parent *node
 	first  *node // the first child (children: first, first.next, ...)
 	next   *node // the next sibling
 
-	list []string // ReadDirNames (fList)
-	vals []string // ReadAttrs' Values (fAttrs); Errs: ext.errs.attrs, else all nil
-
-	ext *nodeExt
+	// data is, for a directory, the listing (ReadDirNames, fList), its
+	// first nlist entries (-1: a nil listing), then the attribute values
+	// (ReadAttrs' Values, fAttrs; Errs from m.errs, else all nil); for a
+	// symlink, its target (Readlink, fLink: a symlink has no listing or
+	// attributes, a directory no target). Values or a target without a
+	// listing are shared with other nodes (nlist 0).
+	data  []string
+	nlist int32
 
 	wd    int32       // the node's inotify watch; 0: none
 	mode  fs.FileMode // Lstat's mode (fStat, without error)
-	key   uint8       // the attribute names of vals: m.keys[key-1]
+	key   uint8       // the attribute names of the values: m.keys[key-1]
 	flags uint8
 }
 
-// node flags: which caches are valid, and whether the children are
-// indexed in m.big.
+// node flags: which caches are valid, whether the children are indexed
+// in m.big, whether m.errs has errors of the node.
 const (
-	fList  = 1 << iota // list
-	fAttrs             // key, vals
-	fStat              // mode or ext.errs.st
-	fLink              // ext.link or ext.errs.link
+	fList  = 1 << iota // data: the listing
+	fAttrs             // key, data: the values
+	fStat              // mode, or m.errs[n].st
+	fLink              // data: the target, or m.errs[n].link
 	fBig               // children indexed in m.big[n]
+	fErrs              // m.errs[n]
 )
 
-// nodeExt is what few nodes have: a symlink's target, errors kept.
-type nodeExt struct {
-	link string
-	errs *nodeErrs
+func (n *node) has(f uint8) bool { return n.flags&f != 0 }
+func (n *node) set(f uint8)      { n.flags |= f }
+func (n *node) clear(f uint8)    { n.flags &^= f }
+
+// list is the cached listing (when fList).
+func (n *node) list() []string {
+	if n.nlist < 0 {
+		return nil
+	}
+	return n.data[:n.nlist:n.nlist]
 }
 
-// nodeErrs are the "does not exist" answers cached (rare).
+// vals are the cached attribute values (when fAttrs).
+func (n *node) vals() []string { return n.data[max(n.nlist, 0):len(n.data):len(n.data)] }
+
+// setList caches a listing (names itself, which the node may share, when
+// there are no values to keep).
+func (n *node) setList(names []string) {
+	if n.has(fAttrs) {
+		vals := n.vals()
+		n.data = append(append(make([]string, 0, len(names)+len(vals)), names...), vals...)
+	} else {
+		n.data = names
+	}
+	n.nlist = int32(len(names))
+	if names == nil {
+		n.nlist = -1
+	}
+	n.clear(fLink)
+	n.set(fList)
+}
+
+// setVals caches attribute values (vals itself when there is no listing
+// to keep).
+func (n *node) setVals(vals []string) {
+	if n.has(fList) {
+		list := n.list()
+		n.data = append(append(make([]string, 0, len(list)+len(vals)), list...), vals...)
+	} else {
+		n.data, n.nlist = vals, 0
+	}
+	n.clear(fLink)
+	n.set(fAttrs)
+}
+
+// setLink caches a symlink's target (target: a slice of one, shared).
+func (n *node) setLink(target []string) {
+	n.data, n.nlist = target, 0
+	n.clear(fList | fAttrs)
+	n.set(fLink)
+}
+
+// nodeErrs are the "does not exist" answers a node caches (rare).
 type nodeErrs struct {
 	attrs    []error // ReadAttrs' Errs when one is not nil
 	st, link error
@@ -67,43 +118,34 @@ type nodeErrs struct {
 // tests.
 var bigDir = 8
 
-func (n *node) has(f uint8) bool { return n.flags&f != 0 }
-func (n *node) set(f uint8)      { n.flags |= f }
-func (n *node) clear(f uint8)    { n.flags &^= f }
-
-func (n *node) errs() *nodeErrs {
-	if n.ext == nil || n.ext.errs == nil {
+// errsOf is n's cached errors (nil: none).
+func (m *Model) errsOf(n *node) *nodeErrs {
+	if !n.has(fErrs) {
 		return nil
 	}
-	return n.ext.errs
+	return m.errs[n]
 }
 
-// setErrs makes n's errors e (nil: none kept).
-func (n *node) setErrs(e *nodeErrs) {
-	switch {
-	case n.ext != nil:
-		n.ext.errs = e
-	case e != nil:
-		n.ext = &nodeExt{errs: e}
-	}
-}
-
-// editErrs changes n's errors by edit (nothing is allocated when n has
-// none and keeps none).
-func (n *node) editErrs(edit func(e *nodeErrs)) {
+// editErrs changes n's cached errors by edit.
+func (m *Model) editErrs(n *node, edit func(e *nodeErrs)) {
 	var e nodeErrs
-	if old := n.errs(); old != nil {
+	if old := m.errsOf(n); old != nil {
 		e = *old
 	}
 	edit(&e)
 	if e.attrs == nil && e.st == nil && e.link == nil {
-		if n.errs() != nil {
-			n.setErrs(nil)
+		if n.has(fErrs) {
+			delete(m.errs, n)
+			n.clear(fErrs)
 		}
 		return
 	}
+	if m.errs == nil {
+		m.errs = map[*node]*nodeErrs{}
+	}
 	kept := e
-	n.setErrs(&kept)
+	m.errs[n] = &kept
+	n.set(fErrs)
 }
 
 // kid is n's child called name, nil when it has none.
@@ -119,9 +161,13 @@ func (m *Model) kid(n *node, name string) *node {
 	return nil
 }
 
-// addKid makes n's child called name (n has none).
-func (m *Model) addKid(n *node, name string) *node {
-	k := &node{name: m.kidName(n, name), parent: n, next: n.first}
+// addKid makes n's child called name (n has none); own: name is a string
+// of its own (not part of a path) the node may keep.
+func (m *Model) addKid(n *node, name string, own bool) *node {
+	if !own {
+		name = m.kidName(n, name)
+	}
+	k := &node{name: name, parent: n, next: n.first}
 	n.first = k
 	switch {
 	case n.has(fBig):
@@ -149,8 +195,8 @@ func (m *Model) addKid(n *node, name string) *node {
 // kidName is name as a string of its own: the one in n's cached listing
 // when it is short, else a copy (name is part of a longer path).
 func (m *Model) kidName(n *node, name string) string {
-	if n.has(fList) && len(n.list) <= bigDir {
-		for _, s := range n.list {
+	if n.has(fList) && len(n.list()) <= bigDir {
+		for _, s := range n.list() {
 			if s == name {
 				return s
 			}
@@ -222,7 +268,7 @@ func (m *Model) walk(path string, create bool) *node {
 			if !create {
 				return nil
 			}
-			k = m.addKid(n, name)
+			k = m.addKid(n, name, false)
 		}
 		n = k
 	}
@@ -264,6 +310,9 @@ func (m *Model) forget(n *node) {
 	if n.has(fBig) {
 		delete(m.big, n)
 	}
+	if n.has(fErrs) {
+		delete(m.errs, n)
+	}
 	m.unwatch(n)
 	m.gen++
 }
@@ -278,18 +327,45 @@ func (c cacheOps) ReadDirNames(dir string) ([]string, error) {
 	n := m.lookup(dir)
 	if n != nil && n.has(fList) {
 		m.stats.Hits++
-		return slices.Clone(n.list), nil
+		return slices.Clone(n.list()), nil
 	}
 	watched := n != nil && m.watch(n)
 	names, err := m.ops.ReadDirNames(dir)
 	m.stats.Reads++
 	if watched && err == nil {
-		n.list = slices.Clone(names)
-		n.set(fList)
+		n.setList(m.shareList(names))
+		if len(names) >= bigDir {
+			// A large directory's entries are each read next: their
+			// nodes keep the listing's names (kidName copies the ones it
+			// cannot find in a short listing).
+			for _, name := range n.list() {
+				if name != "" && name != "." && name != ".." && !strings.Contains(name, "/") && m.kid(n, name) == nil {
+					m.addKid(n, name, true)
+				}
+			}
+		}
 	} else {
 		m.uncached++
 	}
 	return names, err
+}
+
+// shareList is a copy of names to cache: a short listing equal to one
+// cached lately is shared with it (most targets have one TPG, tpgt_1;
+// most ports' subsystems one NQN).
+func (m *Model) shareList(names []string) []string {
+	if len(names) == 0 || len(names) > 2 {
+		return slices.Clone(names)
+	}
+	for _, l := range m.lastLists {
+		if slices.Equal(l, names) {
+			return l
+		}
+	}
+	l := slices.Clip(slices.Clone(names))
+	m.lastLists[m.nextList] = l
+	m.nextList = (m.nextList + 1) % len(m.lastLists)
+	return l
 }
 
 func (c cacheOps) ReadAttrs(dirs, names []string) []configfs.Attrs {
@@ -369,23 +445,24 @@ func (m *Model) setAttrs(n *node, key uint8, a *configfs.Attrs) {
 	if len(a.Errs) != len(a.Values) || slices.ContainsFunc(a.Errs, func(err error) bool { return err != nil }) {
 		errs = a.Errs
 	}
-	n.editErrs(func(e *nodeErrs) { e.attrs = errs })
-	n.vals, n.key = a.Values, key
-	n.set(fAttrs)
+	m.editErrs(n, func(e *nodeErrs) { e.attrs = errs })
+	n.key = key
+	n.setVals(a.Values)
 }
 
 // attrsOf is n's cached attributes as ReadAttrs returned them (all nil
 // errors from one shared slice: FS only reads them).
 func (m *Model) attrsOf(n *node) configfs.Attrs {
-	a := configfs.Attrs{Values: n.vals}
-	if e := n.errs(); e != nil && e.attrs != nil {
+	v := n.vals()
+	a := configfs.Attrs{Values: v}
+	if e := m.errsOf(n); e != nil && e.attrs != nil {
 		a.Errs = e.attrs
 		return a
 	}
-	if len(m.nilErrs) < len(n.vals) {
-		m.nilErrs = make([]error, len(n.vals))
+	if len(m.nilErrs) < len(v) {
+		m.nilErrs = make([]error, len(v))
 	}
-	a.Errs = m.nilErrs[:len(n.vals):len(n.vals)]
+	a.Errs = m.nilErrs[:len(v):len(v)]
 	return a
 }
 
@@ -410,7 +487,7 @@ func (c cacheOps) Lstat(path string) (fs.FileInfo, error) {
 	n := m.lookup(path)
 	if n != nil && n.has(fStat) {
 		m.stats.Hits++
-		if e := n.errs(); e != nil && e.st != nil {
+		if e := m.errsOf(n); e != nil && e.st != nil {
 			return nil, e.st
 		}
 		return (*nodeInfo)(n), nil
@@ -419,7 +496,7 @@ func (c cacheOps) Lstat(path string) (fs.FileInfo, error) {
 	st, err := m.ops.Lstat(path)
 	m.stats.Reads++
 	if watched && notExistOrNil(err) {
-		n.editErrs(func(e *nodeErrs) { e.st = err })
+		m.editErrs(n, func(e *nodeErrs) { e.st = err })
 		if err == nil {
 			n.mode = st.Mode()
 		}
@@ -451,25 +528,21 @@ func (c cacheOps) Readlink(path string) (string, error) {
 	n := m.lookup(path)
 	if n != nil && n.has(fLink) {
 		m.stats.Hits++
-		if e := n.errs(); e != nil && e.link != nil {
+		if e := m.errsOf(n); e != nil && e.link != nil {
 			return "", e.link
 		}
-		return n.ext.link, nil
+		return n.data[0], nil
 	}
 	watched := n != nil && n.parent != nil && m.watch(n.parent)
 	target, err := m.ops.Readlink(path)
 	m.stats.Reads++
 	if watched && notExistOrNil(err) {
-		if target == m.lastLink {
-			target = m.lastLink // ports link the same few subsystems: share the text
+		if len(m.lastLink) == 0 || m.lastLink[0] != target {
+			m.lastLink = []string{target}
 		}
-		m.lastLink = target
-		n.editErrs(func(e *nodeErrs) { e.link = err })
-		if n.ext == nil {
-			n.ext = &nodeExt{}
-		}
-		n.ext.link = target
-		n.set(fLink)
+		target = m.lastLink[0] // ports link the same few subsystems: share the text
+		m.editErrs(n, func(e *nodeErrs) { e.link = err })
+		n.setLink(m.lastLink)
 	} else {
 		m.uncached++
 	}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -62,14 +63,21 @@ type Model struct {
 	// keys are the sets of attribute names ReadAttrs was asked (a node
 	// keeps the number of its set), lastVals the last values cached for
 	// each (shared with the next when equal), nilErrs a shared slice of
-	// nil errors, lastLink the last symlink target cached.
+	// nil errors, lastLink the last symlink target cached, errs the
+	// errors nodes cache (few: a node flags it has some).
 	keys     [][]string
 	lastVals [][]string
 	nilErrs  []error
-	lastLink string
-	top      map[string]bool  // directories whose loss means a rescan
-	idents   map[string]ident // the top directories' identity at the last rescan
-	gen      uint64           // bumped at every invalidation
+	errs     map[*node]*nodeErrs
+	// lastLists are short listings cached lately (shareList), nextList
+	// the one to replace.
+	lastLists [4][]string
+	nextList  int
+	lastLink  []string
+	lastNQN   string           // the last Link.NQN that was not the link's name
+	top       map[string]bool  // directories whose loss means a rescan
+	idents    map[string]ident // the top directories' identity at the last rescan
+	gen       uint64           // bumped at every invalidation
 	// uncached counts reads answered by configfs and not kept (errors,
 	// unwatched directories): a result built from one is not memoised.
 	uncached uint64
@@ -294,7 +302,8 @@ func (m *Model) rescan(trusted bool, why string) {
 	m.fallback, m.stats.Fallback = false, false
 	old := m.byWD
 	m.byWD, m.rootNode, m.big = map[int32]*node{}, nil, nil
-	m.keys, m.lastVals, m.lastLink = nil, nil, ""
+	m.keys, m.lastVals, m.lastLink, m.errs = nil, nil, nil, nil
+	m.lastLists = [4][]string{}
 	m.gen++
 	for _, d := range m.topDirs()[:3] {
 		m.watch(m.node(d)) // root, nvmet, target: a tree appearing is noticed
@@ -427,6 +436,19 @@ func (m *Model) Links(portID string) ([]configfs.Link, error) {
 	}
 	gen, unc := m.gen, m.uncached
 	v, err := f.Links(portID)
+	for i, l := range v {
+		// FS's NQN is the end of the link's resolved path: keep a string
+		// of its own, most often the link's name.
+		switch {
+		case l.NQN == l.Name:
+			v[i].NQN = l.Name
+		case l.NQN == m.lastNQN:
+			v[i].NQN = m.lastNQN
+		default:
+			m.lastNQN = strings.Clone(l.NQN)
+			v[i].NQN = m.lastNQN
+		}
+	}
 	if err == nil && gen == m.gen && unc == m.uncached {
 		if m.memoLinks == nil {
 			m.memoLinks = map[string][]configfs.Link{}

@@ -478,8 +478,9 @@ func TestPeriodicRescanFindsDisagreement(t *testing.T) {
 	w.same("start")
 	w.m.mu.Lock()
 	n := w.m.find(w.path("nvmet/ports/2"))
-	n.vals = append([]string(nil), n.vals...)
-	n.vals[2] = "203.0.113.99"
+	vals := slices.Clone(n.vals())
+	vals[2] = "203.0.113.99"
+	n.setVals(vals)
 	w.m.gen++ // the whole answers are rebuilt from the (corrupt) cache
 	w.m.mu.Unlock()
 	if p, _ := w.m.Ports(); p[1].Traddr != "203.0.113.99" {
