@@ -323,7 +323,7 @@ type netView struct {
 	devByIdx map[uint32]rdma.Device
 	spans    map[lkey]span // address-bound LISTEN entries: backing[start:end]
 	backing  []rdma.CMID
-	wild     map[lkey]bool        // wildcard children (no port)
+	wild     map[lkey]bool // wildcard children (no port)
 }
 
 // lkey indexes listeners by kernel owner and source address.
