@@ -753,6 +753,9 @@ type putResult struct {
 	put  []Key        // journaled by this round, in this heal's order
 	skip map[Key]bool // objects the admin removed or set to 0 before the batch
 	err  error        // a precondition that stops the heal (or the batch failed)
+	// first: the heal is the first of its batch, so nothing was written
+	// between its preconditions and its first write (no re-check).
+	first bool
 }
 
 // journalRound writes the journal entries of heals (the round's heals
@@ -765,7 +768,7 @@ func (e *Engine) journalRound(heals []Heal, first int, out map[int]putResult) er
 	var from []int
 	for n, h := range heals {
 		i := first + n
-		r := putResult{skip: map[Key]bool{}}
+		r := putResult{skip: map[Key]bool{}, first: n == 0}
 		var mine []Intent
 		for _, s := range h.Steps {
 			if s.Op != OpJournalPut {
@@ -823,14 +826,11 @@ func (e *Engine) execute(h Heal, pre putResult) ([]Key, error) {
 	}
 	fsys := timedTree{e.opt.Tree, e}
 	skip := maps.Clone(pre.skip)
-	if skip == nil {
-		skip = map[Key]bool{}
-	}
-	// Earlier heals of the round ran since the batch: the ports journaled
-	// for this one are checked again before the first write (an admin's
-	// change meanwhile stops the heal, and its fresh entries go).
+	// When earlier heals of the round ran since the batch, the ports
+	// journaled for this one are checked again before the first write (an
+	// admin's change meanwhile stops the heal, and its fresh entries go).
 	for _, s := range h.Steps {
-		if s.Op != OpJournalPut || s.Key.Kind != KindNvmet || !slices.Contains(pre.put, s.Key) {
+		if pre.first || s.Op != OpJournalPut || s.Key.Kind != KindNvmet || !slices.Contains(pre.put, s.Key) {
 			continue
 		}
 		ok, err := e.journalPrecondition(s)
