@@ -32,7 +32,8 @@ var checkActionable func(fast, full []Heal)
 
 // checkSteady, set by the package's tests, compares what a round that
 // skipped its plan (nothing it reads changed) kept with a plan made anyway.
-var checkSteady func(kept []Item, plan Planned)
+// The memory the round kept and what Learn makes of the plan are passed too.
+var checkSteady func(kept []Item, plan Planned, mem, learnt Memory)
 
 // GIDReuser is a Kernel that can list devices reusing the GID tables of
 // an earlier listing for the ports it had (rdma.Live): the verification
@@ -385,8 +386,10 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 		if checkSteady != nil {
 			e.mu.Lock()
 			p := Plan(obs, e.mem, e.cfg)
+			learnt, _ := Learn(e.mem, p.Endpoints, p.Items, nil, obs.Now)
+			mem := e.mem
 			e.mu.Unlock()
-			checkSteady(items, p)
+			checkSteady(items, p, mem, learnt)
 		}
 		e.mu.Lock()
 		e.stats.Unchanged++
@@ -562,25 +565,52 @@ func (e *Engine) learn(pl Planned, obs Observed, outcomes []Outcome) {
 }
 
 // timeless reports whether a plan of obs decides nothing by the clock, so
-// that the same observation planned later decides the same: every endpoint
-// listens, has nothing to listen or is unknown (never healed, never held by
-// a timer), memory holds no timer (dead-since, backoff) and no forced
-// rebind, there is no journal entry and the boot window is over.
+// that the same observation planned later decides the same and Learn
+// leaves the memory as it is: every endpoint listens, has nothing to
+// listen, is unknown, or is dead with its heal held by something only the
+// inputs end (Held); memory holds no backoff, no forced rebind and no
+// dead-since but those endpoints'; there is no journal entry, no retry
+// time, and the boot window is over.
 func timeless(pl Planned, obs Observed, mem Memory) bool {
-	if len(mem.DeadSince)+len(mem.NextTry)+len(mem.Backoff)+len(mem.Forced) > 0 || len(obs.Journal) > 0 ||
+	if len(mem.NextTry)+len(mem.Backoff)+len(mem.Forced) > 0 || len(obs.Journal) > 0 ||
 		len(obs.Declared) > 0 && obs.Now.Before(obs.BootUntil) {
 		return false
 	}
+	// A dead or stranded endpoint is timeless only while its heal is held
+	// by something the clock does not end (Held: e.g. its address on no
+	// netdev, a device gone for good): the give-up timer and the graces
+	// run from DeadSince, which Learn keeps as it is.
+	held := 0
 	for _, es := range pl.Endpoints {
 		switch es.State {
 		case StateListening, StateNone, StateUnknown:
+		case StateDead, StateStranded:
+			if !es.Held {
+				return false
+			}
+			held++
 		default:
 			return false
+		}
+	}
+	if len(mem.DeadSince) != held {
+		return false // Learn would forget some (or they are not those)
+	}
+	if held > 0 {
+		for _, es := range pl.Endpoints {
+			if es.Held {
+				if _, ok := mem.DeadSince[es.Endpoint]; !ok {
+					return false // Learn would set it
+				}
+			}
 		}
 	}
 	for _, it := range pl.Items {
 		if !it.RetryAt.IsZero() {
 			return false
+		}
+		if (it.State == StateDead || it.State == StateStranded) && it.DeadSince.IsZero() {
+			return false // planned before Learn set its dead-since: the next plan shows it
 		}
 	}
 	return true

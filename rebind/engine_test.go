@@ -438,6 +438,33 @@ func TestUnchangedRoundSkipsThePlan(t *testing.T) {
 	if !w.k.Listening("nvmet_rdma", "1") {
 		t.Error("not healed when the device came back")
 	}
+	w.reconcile(e)
+	w.reconcile(e)
+	// Dead endpoints whose address is on no netdev (a card gone for
+	// days): held by nothing the clock ends, so once Learn has their
+	// dead-since, their rounds keep the plan (for minutes here); the
+	// address's return is a change, planned and healed.
+	w.k.RemoveDevice("rxe0")
+	w.k.DelAddr("veth0", "192.0.2.1")
+	w.reconcile(e) // dead: Learn sets dead-since
+	w.reconcile(e) // planned with it
+	base = unchanged()
+	w.reconcile(e)
+	w.clk.advance(5 * time.Minute)
+	w.reconcile(e)
+	if got := unchanged() - base; got != 2 {
+		t.Errorf("dead endpoints waiting for their address: %d of 2 rounds kept the plan", got)
+	}
+	w.k.AddAddr("veth0", "192.0.2.1")
+	w.k.AddDevice("rxe0", 0x80dd69fffe0d1e0b, "veth0")
+	base = unchanged()
+	w.reconcile(e)
+	if unchanged() != base {
+		t.Error("the address came back, yet the plan was skipped")
+	}
+	if !w.k.Listening("nvmet_rdma", "1") {
+		t.Error("not healed when the address and device came back")
+	}
 }
 
 func TestGiveUp(t *testing.T) {

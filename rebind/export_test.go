@@ -22,12 +22,20 @@ func init() {
 			panic(fmt.Sprintf("plan of the actionable objects: %q; full plan: %q", a, b))
 		}
 	}
-	checkSteady = func(kept []Item, p Planned) {
+	checkSteady = func(kept []Item, p Planned, mem, learnt Memory) {
 		if len(p.Heals) > 0 {
 			panic(fmt.Sprintf("a round skipped its plan, which has %d heals: %+v", len(p.Heals), p.Heals[0]))
 		}
 		if !reflect.DeepEqual(kept, p.Items) {
-			panic(fmt.Sprintf("a round skipped its plan; kept items %+v, the plan's %+v", kept, p.Items))
+			for i := range min(len(kept), len(p.Items)) {
+				if !reflect.DeepEqual(kept[i], p.Items[i]) {
+					panic(fmt.Sprintf("a round skipped its plan; kept item %#v, the plan's %#v", kept[i], p.Items[i]))
+				}
+			}
+			panic(fmt.Sprintf("a round skipped its plan; kept items %v, the plan's %v", kept, p.Items))
+		}
+		if !reflect.DeepEqual(mem, learnt) {
+			panic(fmt.Sprintf("a round skipped its plan; kept memory %+v, Learn of the plan: %+v", mem, learnt))
 		}
 	}
 }

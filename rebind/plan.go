@@ -304,6 +304,10 @@ type EndpointState struct {
 	Expected bool
 	DevIndex uint32 // RDMA device of the LISTEN entry (listening or stranded)
 	GUID     uint64 // node GUID of that device
+	// Held: its heal is held back by something only a change of the
+	// inputs ends, never the clock (its address on no netdev, pin_device,
+	// given up): the same inputs plan the same later (timeless).
+	Held bool
 }
 
 // Planned is the result of Plan.
@@ -744,6 +748,7 @@ func planEndpoint(p *Planned, g *group, obs Observed, mem Memory, cfg Config, v 
 		if w := gate(ep, g, st, entry, obs, mem, cfg, c, p.Items); w != nil {
 			reason += "; " + w.why
 			retryAt, gaveUp = w.until, w.gaveUp
+			es.Held = w.clockFree && w.until.IsZero()
 			h = Heal{}
 		}
 	}
@@ -1028,6 +1033,9 @@ type hold struct {
 	why    string
 	until  time.Time
 	gaveUp bool // the give-up timer ran out (Item.GaveUp, a metric)
+	// clockFree: only a change of the inputs ends it, never the clock
+	// (the address on no netdev, pin_device, given up).
+	clockFree bool
 }
 
 // gate applies the conditions shared by every heal: the address is carried
@@ -1037,14 +1045,14 @@ func gate(ep Endpoint, g *group, st State, entry rdma.CMID, obs Observed, mem Me
 	now := obs.Now
 	switch {
 	case obs.AddrsErr != nil:
-		return &hold{why: fmt.Sprintf("waiting: addresses unknown (%v)", obs.AddrsErr)}
+		return &hold{why: fmt.Sprintf("waiting: addresses unknown (%v)", obs.AddrsErr), clockFree: true}
 	case !c.has:
-		return &hold{why: fmt.Sprintf("waiting for %s to appear on a netdev", ep.Addr.Addr())}
+		return &hold{why: fmt.Sprintf("waiting for %s to appear on a netdev", ep.Addr.Addr()), clockFree: true}
 	case !c.hasDev:
 		return &hold{why: fmt.Sprintf("waiting for an RDMA device to carry %s on %s (no GID table entry yet)", ep.Addr.Addr(), c.addr.Netdev), until: recheck(obs)}
 	}
 	if st == StateStranded && cfg.PinDevice {
-		return &hold{why: fmt.Sprintf("pin_device = true: left on %s", entry.DevName)}
+		return &hold{why: fmt.Sprintf("pin_device = true: left on %s", entry.DevName), clockFree: true}
 	}
 	for _, hd := range g.holders {
 		if mem.Forced[items[hd.item].Key] {
@@ -1057,7 +1065,7 @@ func gate(ep Endpoint, g *group, st State, entry rdma.CMID, obs Observed, mem Me
 	}
 	if st == StateDead || st == StateStranded {
 		if cfg.GiveUpAfter > 0 && now.Sub(since) >= cfg.GiveUpAfter {
-			return &hold{why: fmt.Sprintf("gave up: dead for more than give_up_after=%v (run `nvmet-rebind rebind %s` or reload to try again)", cfg.GiveUpAfter, items[g.holders[0].item].ID), gaveUp: true}
+			return &hold{why: fmt.Sprintf("gave up: dead for more than give_up_after=%v (run `nvmet-rebind rebind %s` or reload to try again)", cfg.GiveUpAfter, items[g.holders[0].item].ID), gaveUp: true, clockFree: true}
 		}
 	}
 	if st == StateDead {
