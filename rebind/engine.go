@@ -616,14 +616,27 @@ func timeless(pl Planned, obs Observed, mem Memory) bool {
 	return true
 }
 
+// sameErr reports whether a and b are both nil or say the same.
+func sameErr(a, b error) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Error() == b.Error()
+}
+
 // sameInputs reports whether b holds what a plan reads of a, but the
 // clock: the configfs objects, the kernel's devices (GID tables included),
 // addresses and listening entries (connections come and go without
 // changing a plan; a listener's cm_id number is not read), the journal,
-// the saved configs and the boot window. Any read error makes it false.
+// the saved configs and the boot window. A table that could not be read
+// (devices, addresses, listeners, portals) is the same when its error
+// says the same; a configfs object that could not be read is never.
 func sameInputs(a, b *Observed) bool {
-	if a.DevicesErr != nil || b.DevicesErr != nil || a.AddrsErr != nil || b.AddrsErr != nil ||
-		a.ListenersErr != nil || b.ListenersErr != nil || a.PortalsErr != nil || b.PortalsErr != nil {
+	// An error read again is the same input (a plan reads only its
+	// message: "unknown", "addresses unknown", a port's reason): a host
+	// without RDMA netlink, or whose ib_core is gone, plans once.
+	if !sameErr(a.DevicesErr, b.DevicesErr) || !sameErr(a.AddrsErr, b.AddrsErr) ||
+		!sameErr(a.ListenersErr, b.ListenersErr) || !sameErr(a.PortalsErr, b.PortalsErr) {
 		return false
 	}
 	// EventAt is not compared: a plan reads it only for an endpoint that

@@ -2,6 +2,7 @@ package rebind_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -549,6 +550,31 @@ func TestUnknownListenersNoWrites(t *testing.T) {
 	}
 	if it := item(items, "1"); it.Listening != nil || !strings.Contains(it.Reason, "unknown") {
 		t.Errorf("port 1: %+v", it)
+	}
+	// The same error again (a host without RDMA netlink): the same
+	// inputs, the plan is kept; another error, or the table readable
+	// again, is planned.
+	unchanged := func() uint64 { return e.Snapshot().Stats.Unchanged }
+	w.reconcile(e)
+	w.reconcile(e)
+	if got := unchanged(); got != 2 {
+		t.Errorf("listeners unknown for the same reason, 3 rounds: %d kept the plan, want 2", got)
+	}
+	w.k.CMIDsErr = errors.New("netlink dump interrupted")
+	items = w.reconcile(e)
+	if got := unchanged(); got != 2 {
+		t.Errorf("another error, yet the plan was kept (%d)", got)
+	}
+	if it := item(items, "1"); !strings.Contains(it.Reason, "interrupted") {
+		t.Errorf("port 1 after another error: %+v", it)
+	}
+	w.k.CMIDsErr = nil
+	w.reconcile(e)
+	if got := unchanged(); got != 2 {
+		t.Errorf("listeners readable again, yet the plan was kept (%d)", got)
+	}
+	if !w.k.Listening("nvmet_rdma", "1") {
+		t.Error("not healed once the listeners could be read")
 	}
 }
 
