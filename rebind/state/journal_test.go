@@ -168,10 +168,13 @@ func TestNewestWins(t *testing.T) {
 	k, j, x := nk("1"), nk("2"), nk("3")
 	type step struct {
 		reopen bool // a new writer (a restart) before the step
-		put    []rebind.Intent
-		del    []rebind.Key
-		want   map[rebind.Key]string // Load after the step
-		files  int                   // in journal/ after the step
+		// keep: the put keeps the files it supersedes (their unlink fails,
+		// as if the writer crashed right after the batch was durable)
+		keep  bool
+		put   []rebind.Intent
+		del   []rebind.Key
+		want  map[rebind.Key]string // Load after the step
+		files int                   // in journal/ after the step
 	}
 	for _, tt := range []struct {
 		name  string
@@ -179,22 +182,38 @@ func TestNewestWins(t *testing.T) {
 	}{
 		{"single then batch", []step{
 			{put: []rebind.Intent{nv("1", "v1")}, want: map[rebind.Key]string{k: "v1"}, files: 1},
-			{put: []rebind.Intent{nv("1", "v2"), nv("2", "v2")}, want: map[rebind.Key]string{k: "v2", j: "v2"}, files: 2},
+			{put: []rebind.Intent{nv("1", "v2"), nv("2", "v2")}, want: map[rebind.Key]string{k: "v2", j: "v2"}, files: 1},
+			{del: []rebind.Key{k}, want: map[rebind.Key]string{j: "v2"}, files: 1},
+		}},
+		{"single then batch, the single kept", []step{
+			{put: []rebind.Intent{nv("1", "v1")}, want: map[rebind.Key]string{k: "v1"}, files: 1},
+			{keep: true, put: []rebind.Intent{nv("1", "v2"), nv("2", "v2")}, want: map[rebind.Key]string{k: "v2", j: "v2"}, files: 2},
 			{reopen: true, want: map[rebind.Key]string{k: "v2", j: "v2"}, files: 2},
 			{del: []rebind.Key{k}, want: map[rebind.Key]string{j: "v2"}, files: 1},
 		}},
 		{"batch then single after a restart", []step{
 			{put: []rebind.Intent{nv("1", "v1"), nv("2", "v1")}, want: map[rebind.Key]string{k: "v1", j: "v1"}, files: 1},
 			{reopen: true, put: []rebind.Intent{nv("1", "v2")}, want: map[rebind.Key]string{k: "v2", j: "v1"}, files: 2},
-			{reopen: true, put: []rebind.Intent{nv("1", "v3"), nv("3", "v3")}, want: map[rebind.Key]string{k: "v3", j: "v1", x: "v3"}, files: 3},
-			{reopen: true, put: []rebind.Intent{nv("1", "v4")}, want: map[rebind.Key]string{k: "v4", j: "v1", x: "v3"}, files: 4},
+			{reopen: true, put: []rebind.Intent{nv("1", "v3"), nv("3", "v3")}, want: map[rebind.Key]string{k: "v3", j: "v1", x: "v3"}, files: 2},
+			{reopen: true, put: []rebind.Intent{nv("1", "v4")}, want: map[rebind.Key]string{k: "v4", j: "v1", x: "v3"}, files: 3},
 			{reopen: true, del: []rebind.Key{k}, want: map[rebind.Key]string{j: "v1", x: "v3"}, files: 2},
+		}},
+		{"a key in three files, the superseded kept", []step{
+			{put: []rebind.Intent{nv("1", "v1")}, want: map[rebind.Key]string{k: "v1"}, files: 1},
+			{keep: true, reopen: true, put: []rebind.Intent{nv("1", "v2"), nv("2", "v2")}, want: map[rebind.Key]string{k: "v2", j: "v2"}, files: 2},
+			{keep: true, reopen: true, put: []rebind.Intent{nv("1", "v3"), nv("3", "v3")}, want: map[rebind.Key]string{k: "v3", j: "v2", x: "v3"}, files: 3},
+			{reopen: true, del: []rebind.Key{k, x}, want: map[rebind.Key]string{j: "v2"}, files: 1},
 		}},
 		{"batches of other keys after a restart keep the earlier ones", []step{
 			{put: []rebind.Intent{nv("1", "v1"), nv("2", "v1")}, want: map[rebind.Key]string{k: "v1", j: "v1"}, files: 1},
 			{reopen: true, put: []rebind.Intent{nv("3", "v1"), nv("4", "v1")}, want: map[rebind.Key]string{k: "v1", j: "v1", x: "v1", nk("4"): "v1"}, files: 2},
 			{reopen: true, put: []rebind.Intent{nv("2", "v2"), nv("3", "v2")}, want: map[rebind.Key]string{k: "v1", j: "v2", x: "v2", nk("4"): "v1"}, files: 3},
 			{reopen: true, del: []rebind.Key{j, x}, want: map[rebind.Key]string{k: "v1", nk("4"): "v1"}, files: 2},
+		}},
+		{"a delete leaves a batch only superseded writes: it goes", []step{
+			{put: []rebind.Intent{nv("1", "v1"), nv("4", "v1")}, want: map[rebind.Key]string{k: "v1", nk("4"): "v1"}, files: 1},
+			{put: []rebind.Intent{nv("4", "v2"), nv("6", "v2")}, want: map[rebind.Key]string{k: "v1", nk("4"): "v2", nk("6"): "v2"}, files: 2},
+			{reopen: true, del: []rebind.Key{k}, want: map[rebind.Key]string{nk("4"): "v2", nk("6"): "v2"}, files: 1},
 		}},
 		{"a key twice in one batch: the last", []step{
 			{put: []rebind.Intent{nv("1", "v1"), nv("2", "v1"), nv("1", "v2")}, want: map[rebind.Key]string{k: "v2", j: "v1"}, files: 1},
@@ -208,7 +227,18 @@ func TestNewestWins(t *testing.T) {
 					s = open(t, dir)
 				}
 				if st.put != nil {
-					if err := s.PutAll(st.put); err != nil {
+					restore := func() {}
+					if st.keep {
+						restore = state.SetFault(func(op, path string) error {
+							if op == "unlink" {
+								return errors.New("crash")
+							}
+							return nil
+						})
+					}
+					err := s.PutAll(st.put)
+					restore()
+					if (err != nil) != st.keep {
 						t.Fatalf("step %d: %v", i, err)
 					}
 				}
@@ -231,147 +261,248 @@ func TestNewestWins(t *testing.T) {
 }
 
 // TestJournalCrashAtEveryOperation: a crash at any file operation of a
-// scenario (batch A of keys 1-4, batch B of keys 3-6 superseding 3 and 4,
-// DeleteAll of 2, 3, 5), losing any of the operations not yet made durable
-// by a directory sync, leaves each batch whole or absent, and each key as
-// its newest write or absent, never as a write it superseded.
+// scenario, losing any of the operations not yet made durable by a
+// directory sync, leaves each batch whole or absent, and each key as its
+// newest write or absent, never as a write it superseded; no temp file
+// survives Clean, nothing is reported, and the restarted writer removes
+// everything.
 func TestJournalCrashAtEveryOperation(t *testing.T) {
-	var a, b []rebind.Intent
-	for i := 1; i <= 4; i++ {
-		a = append(a, nv(strconv.Itoa(i), "A"))
+	type step struct {
+		put []rebind.Intent
+		del []rebind.Key
 	}
-	for i := 3; i <= 6; i++ {
-		b = append(b, nv(strconv.Itoa(i), "B"))
+	batch := func(from, to int, v string) step {
+		var st step
+		for i := from; i <= to; i++ {
+			st.put = append(st.put, nv(strconv.Itoa(i), v))
+		}
+		return st
 	}
-	del := []rebind.Key{nk("2"), nk("3"), nk("5")}
-	// The journal before and after each step.
-	states := []map[rebind.Key]string{
-		{},
-		{nk("1"): "A", nk("2"): "A", nk("3"): "A", nk("4"): "A"},
-		{nk("1"): "A", nk("2"): "A", nk("3"): "B", nk("4"): "B", nk("5"): "B", nk("6"): "B"},
-		{nk("1"): "A", nk("4"): "B", nk("6"): "B"},
+	for _, tt := range []struct {
+		name  string
+		steps []step
+		// The journal before and after each step.
+		states []map[rebind.Key]string
+	}{
+		{
+			// Key 3 is in A and B when deleted: A loses it first.
+			name:  "batch A of 1-4, batch B of 3-6, delete 2 3 5",
+			steps: []step{batch(1, 4, "A"), batch(3, 6, "B"), {del: []rebind.Key{nk("2"), nk("3"), nk("5")}}},
+			states: []map[rebind.Key]string{
+				{},
+				{nk("1"): "A", nk("2"): "A", nk("3"): "A", nk("4"): "A"},
+				{nk("1"): "A", nk("2"): "A", nk("3"): "B", nk("4"): "B", nk("5"): "B", nk("6"): "B"},
+				{nk("1"): "A", nk("4"): "B", nk("6"): "B"},
+			},
+		},
+		{
+			// C supersedes what B left of A: A goes.
+			name:  "batch A of 1-4, batch B of 3-6, batch C of 1-2, delete 1 3 5",
+			steps: []step{batch(1, 4, "A"), batch(3, 6, "B"), batch(1, 2, "C"), {del: []rebind.Key{nk("1"), nk("3"), nk("5")}}},
+			states: []map[rebind.Key]string{
+				{},
+				{nk("1"): "A", nk("2"): "A", nk("3"): "A", nk("4"): "A"},
+				{nk("1"): "A", nk("2"): "A", nk("3"): "B", nk("4"): "B", nk("5"): "B", nk("6"): "B"},
+				{nk("1"): "C", nk("2"): "C", nk("3"): "B", nk("4"): "B", nk("5"): "B", nk("6"): "B"},
+				{nk("2"): "C", nk("4"): "B", nk("6"): "B"},
+			},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			crashes := 0
+			for n := 1; ; n++ {
+				done := crashAt(t, n, tt.steps, tt.states, func(s *state.Store, st step) error {
+					if st.put != nil {
+						return s.PutAll(st.put)
+					}
+					return s.DeleteAll(st.del)
+				}, func(st step) bool { return st.put != nil })
+				if done {
+					break
+				}
+				crashes++
+			}
+			if crashes == 0 {
+				t.Fatal("no operation crashed")
+			}
+			t.Logf("%d crash points", crashes)
+		})
 	}
-	steps := []func(s *state.Store) error{
-		func(s *state.Store) error { return s.PutAll(a) },
-		func(s *state.Store) error { return s.PutAll(b) },
-		func(s *state.Store) error { return s.DeleteAll(del) },
-	}
+}
+
+// crashAt runs steps with a crash at the n-th file operation, then checks
+// the journal with every subset of the operations since the last directory
+// sync lost. It tells whether the steps ran to their end (n is past the
+// last operation).
+func crashAt[S any](t *testing.T, n int, steps []S, states []map[rebind.Key]string, run func(*state.Store, S) error, isPut func(S) bool) bool {
+	t.Helper()
 	// undo restores a file as it was before a rename or unlink.
 	type undo struct {
 		path    string
 		existed bool
 		content []byte
 	}
-	crashed := 0
-	for n := 1; ; n++ {
-		dir := t.TempDir()
-		s := open(t, dir)
-		ops := 0
-		var unsynced []undo
-		restore := state.SetFault(func(op, path string) error {
-			ops++
-			if ops == n {
-				return fmt.Errorf("crash at %s %s", op, path)
-			}
-			switch op {
-			case "rename", "unlink":
-				b, err := os.ReadFile(path)
-				unsynced = append(unsynced, undo{path, err == nil, b})
-			case "syncdir":
-				unsynced = nil
-			}
-			return nil
-		})
-		step := 0
-		for ; step < len(steps); step++ {
-			if err := steps[step](s); err != nil {
-				break
-			}
+	dir := t.TempDir()
+	s := open(t, dir)
+	ops := 0
+	var unsynced []undo
+	restore := state.SetFault(func(op, path string) error {
+		ops++
+		if ops == n {
+			return fmt.Errorf("crash at %s %s", op, path)
 		}
-		restore()
-		if step == len(steps) {
-			if crashed == 0 {
-				t.Fatal("no operation crashed")
-			}
-			// The last run: no crash, every write durable.
+		switch op {
+		case "rename", "unlink":
+			b, err := os.ReadFile(path)
+			unsynced = append(unsynced, undo{path, err == nil, b})
+		case "syncdir":
 			unsynced = nil
-		} else {
-			crashed++
 		}
-		// Every subset of the unsynced operations lost by the crash.
-		for lost := range 1 << len(unsynced) {
-			name := fmt.Sprintf("crash at operation %d of step %d, lost %b", n, step, lost)
-			d := filepath.Join(t.TempDir(), "state")
-			if err := os.CopyFS(d, os.DirFS(dir)); err != nil {
-				t.Fatal(err)
-			}
-			for i, u := range unsynced {
-				if lost&(1<<i) == 0 {
-					continue
-				}
-				p := filepath.Join(d, strings.TrimPrefix(u.path, dir))
-				if u.existed {
-					if err := os.WriteFile(p, u.content, 0o600); err != nil {
-						t.Fatal(err)
-					}
-				} else if err := os.Remove(p); err != nil {
-					t.Fatal(err)
-				}
-			}
-			r := open(t, d)
-			moved, err := r.Clean()
-			if err != nil || len(moved) != 0 {
-				t.Errorf("%s: Clean: %v %v", name, moved, err)
-			}
-			for _, f := range names(t, d) {
-				if !batchRe.MatchString(f) {
-					t.Errorf("%s: %s left after Clean", name, f)
-				}
-			}
-			got := addrs(t, r)
-			if step == len(steps) {
-				if !maps.Equal(got, states[step]) {
-					t.Errorf("%s: %v, want %v", name, got, states[step])
-				}
-				break
-			}
-			pre, post := states[step], states[step+1]
-			if step < 2 { // a batch: whole or absent
-				if !maps.Equal(got, pre) && !maps.Equal(got, post) {
-					t.Errorf("%s: %v, want %v or %v", name, got, pre, post)
-				}
-			} else {
-				// Any subset of the keys deleted; what stays is as before.
-				for k, v := range got {
-					if want, ok := pre[k]; !ok || v != want {
-						t.Errorf("%s: %v is %q, want %q or absent", name, k, v, pre[k])
-					}
-				}
-				for k, v := range post {
-					if got[k] != v {
-						t.Errorf("%s: %v is %q, want %q", name, k, got[k], v)
-					}
-				}
-			}
-			// The restarted writer finishes the work.
-			if err := r.DeleteAll([]rebind.Key{nk("1"), nk("2"), nk("3"), nk("4"), nk("5"), nk("6")}); err != nil {
-				t.Errorf("%s: DeleteAll after the restart: %v", name, err)
-			}
-			if f := names(t, d); len(f) != 0 {
-				t.Errorf("%s: journal after deleting everything: %q", name, f)
-			}
-		}
-		if step == len(steps) {
+		return nil
+	})
+	step := 0
+	for ; step < len(steps); step++ {
+		if err := run(s, steps[step]); err != nil {
 			break
 		}
 	}
-	t.Logf("%d crash points", crashed)
+	restore()
+	if step == len(steps) {
+		unsynced = nil // no crash: every write durable
+	}
+	for lost := range 1 << len(unsynced) {
+		name := fmt.Sprintf("crash at operation %d (step %d), unsynced %d lost %b", n, step, len(unsynced), lost)
+		d := filepath.Join(t.TempDir(), "state")
+		if err := os.CopyFS(d, os.DirFS(dir)); err != nil {
+			t.Fatal(err)
+		}
+		for i, u := range unsynced {
+			if lost&(1<<i) == 0 {
+				continue
+			}
+			p := filepath.Join(d, strings.TrimPrefix(u.path, dir))
+			if u.existed {
+				if err := os.WriteFile(p, u.content, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := open(t, d)
+		moved, err := r.Clean()
+		if err != nil || len(moved) != 0 {
+			t.Errorf("%s: Clean: %v %v", name, moved, err)
+		}
+		for _, f := range names(t, d) {
+			if !batchRe.MatchString(f) {
+				t.Errorf("%s: %s left after Clean", name, f)
+			}
+		}
+		got := addrs(t, r)
+		switch {
+		case step == len(steps):
+			if !maps.Equal(got, states[step]) {
+				t.Errorf("%s: %v, want %v", name, got, states[step])
+			}
+		case isPut(steps[step]): // a batch: whole or absent
+			if pre, post := states[step], states[step+1]; !maps.Equal(got, pre) && !maps.Equal(got, post) {
+				t.Errorf("%s: %v, want %v or %v", name, got, pre, post)
+			}
+		default: // any subset of the keys deleted; the others as they were
+			pre, post := states[step], states[step+1]
+			for k, v := range got {
+				if want, ok := pre[k]; !ok || v != want {
+					t.Errorf("%s: %v is %q, want %q or absent", name, k, v, pre[k])
+				}
+			}
+			for k, v := range post {
+				if got[k] != v {
+					t.Errorf("%s: %v is %q, want %q", name, k, got[k], v)
+				}
+			}
+		}
+		// The restarted writer finishes the work.
+		var all []rebind.Key
+		for _, st := range states {
+			for k := range st {
+				if !slices.Contains(all, k) {
+					all = append(all, k)
+				}
+			}
+		}
+		if err := r.DeleteAll(all); err != nil {
+			t.Errorf("%s: DeleteAll after the restart: %v", name, err)
+		}
+		if f := names(t, d); len(f) != 0 {
+			t.Errorf("%s: journal after deleting everything: %q", name, f)
+		}
+	}
+	return step == len(steps)
+}
+
+// TestSupersededFilesGo: keys journaled again and again (the retries of a
+// failing heal, as the engine journals a round: its first heal alone, the
+// others in a batch) never pile up files: a file stays only while it holds
+// the newest write of some key.
+func TestSupersededFilesGo(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	want := map[rebind.Key]string{}
+	for round := range 10 {
+		v := strconv.Itoa(round)
+		var ins []rebind.Intent
+		// The heals of a round shift: keys round..round+31, the first alone.
+		for i := round; i < round+32; i++ {
+			ins = append(ins, nv(strconv.Itoa(i), v))
+			want[nk(strconv.Itoa(i))] = v
+		}
+		if round%3 == 2 { // sometimes a restart
+			s = open(t, dir)
+		}
+		if err := s.PutAll(ins[:1]); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PutAll(ins[1:]); err != nil {
+			t.Fatal(err)
+		}
+		if got := addrs(t, state.OpenReadOnly(dir)); !maps.Equal(got, want) {
+			t.Fatalf("round %d: Load %v, want %v", round, got, want)
+		}
+	}
+	// Each round's first key (0-9) stays in the file of its round (the
+	// single entry of round 0, a batch of one later: the key is in the
+	// previous batch), keys 10-40 in the last batch; each round's batch
+	// goes when the next round supersedes all of it.
+	if f := names(t, dir); len(f) != 11 {
+		t.Errorf("journal of 41 keys after 10 rounds: %d files %q, want 11", len(f), f)
+	}
+	// The same round again and again: two files.
+	dir = t.TempDir()
+	s = open(t, dir)
+	for range 10 {
+		if err := s.PutAll([]rebind.Intent{nv("1", "x")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PutAll([]rebind.Intent{nv("2", "x"), nv("3", "x"), nv("4", "x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f := names(t, dir); len(f) != 2 {
+		t.Errorf("journal after the same round 10 times: %q, want 2 files", f)
+	}
 }
 
 // TestOldFormatJournal: the single entries written by every version before
-// batches load, are superseded by batches and deleted with them; a
-// misnamed one is still refused.
+// batches load, are superseded by batches (and unlinked, or kept as by a
+// crash) and deleted with them; a misnamed one is still refused.
 func TestOldFormatJournal(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		t.Run(fmt.Sprintf("superseded kept %v", keep), func(t *testing.T) { testOldFormatJournal(t, keep) })
+	}
+}
+
+func testOldFormatJournal(t *testing.T, keep bool) {
 	dir := t.TempDir()
 	lio := rebind.Key{Kind: rebind.KindLIO, ID: "iqn.x/tpgt_1/192.0.2.1:3260"}
 	if err := os.MkdirAll(filepath.Join(dir, "journal"), 0o700); err != nil {
@@ -402,14 +533,31 @@ func TestOldFormatJournal(t *testing.T) {
 	if got, want := addrs(t, s), map[rebind.Key]string{nk("1"): "old", lio: "old"}; !maps.Equal(got, want) {
 		t.Fatalf("old journal: %v, want %v", got, want)
 	}
-	if err := s.PutAll([]rebind.Intent{nv("1", "new"), nv("2", "new")}); err != nil {
+	restore := func() {}
+	if keep {
+		restore = state.SetFault(func(op, path string) error {
+			if op == "unlink" {
+				return errors.New("crash")
+			}
+			return nil
+		})
+	}
+	err := s.PutAll([]rebind.Intent{nv("1", "new"), nv("2", "new")})
+	restore()
+	if (err != nil) != keep {
 		t.Fatal(err)
 	}
 	if got, want := addrs(t, s), map[rebind.Key]string{nk("1"): "new", nk("2"): "new", lio: "old"}; !maps.Equal(got, want) {
 		t.Errorf("old journal and a batch: %v, want %v", got, want)
 	}
-	if got := len(names(t, dir)); got != 3 {
-		t.Errorf("journal %q, want the 2 entries and a batch", names(t, dir))
+	files := names(t, dir)
+	if want := []string{oldName(lio), oldName(nk("1"))}; !keep {
+		want = want[:1]
+		if len(files) != 2 || !slices.Contains(files, want[0]) {
+			t.Errorf("journal %q, want %q and a batch", files, want)
+		}
+	} else if len(files) != 3 || !slices.Contains(files, want[0]) || !slices.Contains(files, want[1]) {
+		t.Errorf("journal %q, want %q and a batch", files, want)
 	}
 	if err := open(t, dir).DeleteAll([]rebind.Key{nk("1"), lio}); err != nil {
 		t.Fatal(err)

@@ -31,12 +31,19 @@
 //
 // DeleteAll removes each key from every file that holds it: a file left
 // empty is unlinked, a batch with some keys left is rewritten (temp file,
-// fsync, rename over it, same sequence). Files are changed oldest first,
+// fsync, rename over it, same sequence; what a newer file supersedes goes
+// with the deleted keys). Files are changed oldest first,
 // and a directory fsync separates the change of a newer file from that of
 // an older one holding a key removed from both: whatever a crash keeps,
 // the newer write of a key is never gone while an older one is still
 // there, so a key reads as its newest write or not at all, never as a
 // write it superseded.
+//
+// Once a batch is durable, the files it leaves without the newest write of
+// any key (all superseded) are unlinked, and the directory synced again: a
+// key journaled again at each retry of a failing heal never piles up files.
+// A file stays only while it holds the newest write of some key (short of a
+// failed write), so files never outnumber keys.
 //
 // The writer keeps an index of the journal's files (which keys each holds,
 // the next sequence), rebuilt from the directory by Load, Clean and any
@@ -113,7 +120,7 @@ type Store struct {
 // index is what the writer knows of the journal's files.
 type index struct {
 	next    uint64          // the sequence of the next batch
-	singles map[string]bool // names of the single-entry files (readable or not)
+	singles map[string]bool // names of the single-entry files: true readable, false not
 	batches []*jfile        // the readable batch files, ascending sequence
 }
 
@@ -212,6 +219,9 @@ func (s *Store) Put(in rebind.Intent) error { return s.PutAll([]rebind.Intent{in
 // them covers: one intent as a single entry (or a batch of one when a batch
 // holds its key), several as one batch file. A crash before the directory
 // sync keeps all of them or none: nothing was written to configfs yet.
+// Then the files a batch leaves with no newest write of any key go (see
+// prune); an error there is returned too (the batch is durable: the heals
+// it covers stop, and the next round finds their entries).
 func (s *Store) PutAll(ins []rebind.Intent) error {
 	if s.readOnly {
 		return ErrReadOnly
@@ -276,8 +286,72 @@ func (s *Store) PutAll(ins []rebind.Intent) error {
 		return fmt.Errorf("journal %s: %w", label, err)
 	}
 	ix.batches = append(ix.batches, &jfile{name: name, seq: seq, ins: list})
+	if err := s.prune(ix, keys); err != nil {
+		return fmt.Errorf("journal %s: %w", label, err)
+	}
 	ok = true
 	return nil
+}
+
+// prune, once a batch of keys is durable, unlinks the files of which
+// every key now has a newer write, then syncs the directory (before any
+// later removal of those keys from the newer files: the barrier of
+// DeleteAll). A key put again at each retry of a failing heal so never
+// piles up files: a file stays only while it holds the newest write of
+// some key. What a crash keeps of it changes nothing Load gives.
+func (s *Store) prune(ix *index, fresh []rebind.Key) error {
+	var dead []string
+	for _, k := range fresh {
+		if name := singleName(k); ix.singles[name] { // readable: older than any batch
+			dead = append(dead, name)
+		}
+	}
+	newest := ix.newest()
+	var live []*jfile
+	for _, f := range ix.batches {
+		if slices.ContainsFunc(f.ins, func(in rebind.Intent) bool { return newest[keyOf(in)] == f.seq }) {
+			live = append(live, f)
+		} else {
+			dead = append(dead, f.name)
+		}
+	}
+	if len(dead) == 0 {
+		return nil
+	}
+	for _, name := range dead {
+		path := filepath.Join(s.journal, name)
+		err := faultAt("unlink", path)
+		if err == nil {
+			err = os.Remove(path)
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("superseded: %w", err)
+		}
+	}
+	if err := syncDir(s.journal); err != nil {
+		return fmt.Errorf("superseded: %w", err)
+	}
+	for _, name := range dead {
+		delete(ix.singles, name)
+	}
+	ix.batches = live
+	return nil
+}
+
+// newest is the sequence of the newest batch holding each key.
+func (ix *index) newest() map[rebind.Key]uint64 {
+	newest := map[rebind.Key]uint64{}
+	for _, f := range ix.batches {
+		for _, in := range f.ins {
+			newest[keyOf(in)] = max(newest[keyOf(in)], f.seq)
+		}
+	}
+	return newest
+}
+
+func hasKey(m map[string]bool, k string) bool {
+	_, ok := m[k]
+	return ok
 }
 
 // marshalBatch is a batch file, one intent a line.
@@ -338,7 +412,7 @@ func newIndex(files []jfile, bad []badFile, maxSeq uint64) *index {
 	}
 	for _, b := range bad {
 		if !b.batch {
-			ix.singles[b.name] = true // removed by a Delete of its key, as ever
+			ix.singles[b.name] = false // removed by a Delete of its key, as ever
 		}
 	}
 	return ix
@@ -375,15 +449,22 @@ func (s *Store) DeleteAll(keys []rebind.Key) error {
 			continue
 		}
 		gone[k] = true
-		if name := singleName(k); ix.singles[name] {
+		if name := singleName(k); hasKey(ix.singles, name) {
 			changes = append(changes, change{name: name, keys: []rebind.Key{k}})
 		}
 	}
+	// A batch that changes also drops what newer files supersede (never
+	// a key's newest write: that file is not older than itself); left
+	// without a newest write, it goes.
+	newest := ix.newest()
 	for _, f := range ix.batches {
+		if !slices.ContainsFunc(f.ins, func(in rebind.Intent) bool { return gone[keyOf(in)] }) {
+			continue
+		}
 		var keep []rebind.Intent
 		var removed []rebind.Key
 		for _, in := range f.ins {
-			if k := keyOf(in); gone[k] {
+			if k := keyOf(in); gone[k] || newest[k] != f.seq {
 				if !slices.Contains(removed, k) {
 					removed = append(removed, k)
 				}
@@ -391,9 +472,7 @@ func (s *Store) DeleteAll(keys []rebind.Key) error {
 				keep = append(keep, in)
 			}
 		}
-		if len(removed) > 0 {
-			changes = append(changes, change{name: f.name, batch: f, keep: keep, keys: removed})
-		}
+		changes = append(changes, change{name: f.name, batch: f, keep: keep, keys: removed})
 	}
 	if len(changes) == 0 {
 		return nil
