@@ -1,17 +1,65 @@
 // Package state owns nvmet-rebind's state directory (--state-dir,
-// /var/lib/nvmet-rebind): the intent journal (journal/<kind>-<hash>.json,
-// one entry per configfs object being rebound) and the device pins
-// (pins.json). One fsync discipline for both: write a temp file, fsync it,
-// rename it over the entry, fsync the directory.
+// /var/lib/nvmet-rebind): the intent journal (journal/, the configfs
+// objects being rebound) and the device pins (pins.json). One fsync
+// discipline for all: write a temp file, fsync it, rename it over the
+// file, fsync the directory.
+//
+// The journal holds two kinds of files:
+//
+//   - single entries, journal/<kind>-<hex of sha256(kind NUL id)[:12]>.json:
+//     one intent, whose kind and id must match the file name. Put (and
+//     PutAll of one intent) writes them, as every version before batches
+//     did; a journal left by such a version replays as it is.
+//   - batches, journal/batch-<seq, 20 decimal digits>.json: PutAll of
+//     several intents writes them all in one file,
+//     {"version":1,"seq":<seq>,"intents":[<intent>,...]} (one intent a
+//     line), each intent checked as a single entry is. One temp file, one
+//     fsync, one rename, one directory fsync: a crash leaves the whole
+//     batch or none of it.
+//
+// A key may be in several files (put again before its entries were
+// removed). The newest write wins, by this order: every single entry is
+// older than every batch (sequence 0), batches are ordered by their
+// sequence (stored in the file and its name, which must agree), and within
+// a batch a later intent wins over an earlier one of the same key. The
+// writer gives a new batch a sequence above every batch file in the
+// directory (quarantined ones included), which it learns by reading the
+// directory before its first write; so a restart never reuses a lower
+// one. A single entry can only be older than a batch: so when a batch
+// still holds the key, Put writes a batch of one instead of a single
+// entry.
+//
+// DeleteAll removes each key from every file that holds it: a file left
+// empty is unlinked, a batch with some keys left is rewritten (temp file,
+// fsync, rename over it, same sequence; what a newer file supersedes goes
+// with the deleted keys). Files are changed oldest first,
+// and a directory fsync separates the change of a newer file from that of
+// an older one holding a key removed from both: whatever a crash keeps,
+// the newer write of a key is never gone while an older one is still
+// there, so a key reads as its newest write or not at all, never as a
+// write it superseded.
+//
+// Once a batch is durable, the files it leaves without the newest write of
+// any key (all superseded) are unlinked, and the directory synced again: a
+// key journaled again at each retry of a failing heal never piles up files.
+// A file stays only while it holds the newest write of some key (short of a
+// failed write), so files never outnumber keys.
+//
+// The writer keeps an index of the journal's files (which keys each holds,
+// the next sequence), rebuilt from the directory by Load, Clean and any
+// write after a failed one; it is only a way to avoid reading the
+// directory at each write, never what Load answers.
 //
 // A Store is opened either for writing (Open: creates the directories,
 // fixes their modes) by the one process that holds the state-dir lock, or
 // read-only (OpenReadOnly: status, check, plan, metrics), which never
-// creates, deletes, renames or chmods anything. Clean, for the writer at
-// start, removes temp files of a crash and quarantines unreadable entries.
+// creates, deletes, renames or chmods anything and keeps no index. Clean,
+// for the writer at start, removes temp files of a crash and quarantines
+// unreadable entries and batches.
 package state
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -30,17 +78,64 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
 )
 
-// journalVersion is the format of intent files; others are refused.
+// journalVersion is the format of intents (single entries and each intent
+// of a batch); others are refused.
 const journalVersion = 1
+
+// batchVersion is the format of batch files; others are refused.
+const batchVersion = 1
+
+// maxBatchBytes bounds what is read of a batch file (a single entry: 1 MiB).
+const maxBatchBytes = 64 << 20
 
 // ErrReadOnly is returned by the write methods of a read-only store.
 var ErrReadOnly = errors.New("state directory opened read-only")
+
+// fault, set by tests only, is called before each file operation of the
+// journal ("temp": a temp file written but not synced, "rename",
+// "unlink", "syncdir"); an error stands for a crash there: that operation
+// and everything after it in the call is not done (a temp file stays,
+// for Clean).
+var fault func(op, path string) error
+
+func faultAt(op, path string) error {
+	if fault == nil {
+		return nil
+	}
+	return fault(op, path)
+}
 
 // Store is the state directory.
 type Store struct {
 	dir      string // the state directory
 	journal  string // <dir>/journal
 	readOnly bool
+
+	// The writer's index of the journal (nil: read the directory before
+	// the next write); under mu with every journal operation of the writer.
+	mu sync.Mutex
+	ix *index
+}
+
+// index is what the writer knows of the journal's files.
+type index struct {
+	next    uint64          // the sequence of the next batch
+	singles map[string]bool // names of the single-entry files: true readable, false not
+	batches []*jfile        // the readable batch files, ascending sequence
+}
+
+// jfile is a readable journal file: a single entry (seq 0) or a batch.
+type jfile struct {
+	name string
+	seq  uint64
+	ins  []rebind.Intent
+}
+
+// badFile is an unreadable journal file.
+type badFile struct {
+	name  string
+	batch bool
+	err   error
 }
 
 // Open opens the state directory for the writer: it creates <dir> and
@@ -80,74 +175,362 @@ func (s *Store) Dir() string { return s.dir }
 func (s *Store) JournalDir() string { return s.journal }
 
 func (s *Store) file(k rebind.Key) string {
-	sum := sha256.Sum256([]byte(string(k.Kind) + "\x00" + k.ID))
-	return filepath.Join(s.journal, string(k.Kind)+"-"+hex.EncodeToString(sum[:12])+".json")
+	return filepath.Join(s.journal, singleName(k))
 }
+
+func singleName(k rebind.Key) string {
+	sum := sha256.Sum256([]byte(string(k.Kind) + "\x00" + k.ID))
+	return string(k.Kind) + "-" + hex.EncodeToString(sum[:12]) + ".json"
+}
+
+const batchPrefix = "batch-"
+
+func batchName(seq uint64) string { return fmt.Sprintf("%s%020d.json", batchPrefix, seq) }
+
+// batchSeq is the sequence a batch file's name (.corrupt included) gives.
+func batchSeq(name string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(name, batchPrefix)
+	if !ok {
+		return 0, false
+	}
+	digits, _, _ := strings.Cut(rest, ".")
+	seq, err := strconv.ParseUint(digits, 10, 64)
+	return seq, err == nil
+}
+
+// keysLabel names the objects of a write in its errors: the first key and
+// how many more.
+func keysLabel(keys []rebind.Key) string {
+	switch len(keys) {
+	case 0:
+		return "(no entries)"
+	case 1:
+		return keys[0].String()
+	}
+	return fmt.Sprintf("%s and %d more", keys[0], len(keys)-1)
+}
+
+func keyOf(in rebind.Intent) rebind.Key { return rebind.Key{Kind: in.Kind, ID: in.ID} }
 
 // Put writes an intent durably, before the first configfs write it covers.
 func (s *Store) Put(in rebind.Intent) error { return s.PutAll([]rebind.Intent{in}) }
 
-// PutAll writes several intents durably (the sharers of one endpoint):
-// each in its temp file, fsync'd, renamed into place, then one fsync of the
-// directory for all, before the first configfs write any of them covers.
-// A crash before that sync may keep any subset of them: nothing was
-// written to configfs yet.
+// PutAll writes intents durably, before the first configfs write any of
+// them covers: one intent as a single entry (or a batch of one when a batch
+// holds its key), several as one batch file. A crash before the directory
+// sync keeps all of them or none: nothing was written to configfs yet.
+// Then the files a batch leaves with no newest write of any key go (see
+// prune); an error there is returned too (the batch is durable: the heals
+// it covers stop, and the next round finds their entries).
 func (s *Store) PutAll(ins []rebind.Intent) error {
 	if s.readOnly {
 		return ErrReadOnly
 	}
-	// The entries are written concurrently, each temp file fsync'd and
-	// renamed into place: the file system commits concurrent fsyncs
-	// together (ext4 and XFS group them into one journal commit) instead
-	// of one commit per entry in turn (BENCHMARKS.md, -bench PutAll).
-	errs := make([]error, len(ins))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, syncParallel)
-	for i, in := range ins {
-		in.Version = journalVersion
-		k := rebind.Key{Kind: in.Kind, ID: in.ID}
-		b, err := json.MarshalIndent(in, "", "  ")
-		if err != nil {
-			errs[i] = fmt.Errorf("journal %s: %w", k, err)
-			break
-		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			if err := s.replaceFile(s.journal, s.file(k), b); err != nil {
-				errs[i] = fmt.Errorf("journal %s: %w", k, err)
-			}
-			<-sem
-		}()
+	if len(ins) == 0 {
+		return nil
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return err
+	// One intent a key, the last one given (as the order of reading).
+	pos := make(map[rebind.Key]int, len(ins))
+	list := make([]rebind.Intent, 0, len(ins))
+	keys := make([]rebind.Key, 0, len(ins))
+	for _, in := range ins {
+		in.Version = journalVersion
+		k := keyOf(in)
+		if i, ok := pos[k]; ok {
+			list[i] = in
+			continue
+		}
+		pos[k] = len(list)
+		list = append(list, in)
+		keys = append(keys, k)
+	}
+	label := keysLabel(keys)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ix, err := s.index()
+	if err != nil {
+		return fmt.Errorf("journal %s: %w", label, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.ix = nil // what is on disk is not known: read it again
+		}
+	}()
+	if len(list) == 1 && !ix.batched(keys[0]) {
+		b, err := json.MarshalIndent(list[0], "", "  ")
+		if err != nil {
+			return fmt.Errorf("journal %s: %w", label, err)
+		}
+		if err := s.replaceFile(s.journal, s.file(keys[0]), b); err != nil {
+			return fmt.Errorf("journal %s: %w", label, err)
+		}
+		if err := syncDir(s.journal); err != nil {
+			return fmt.Errorf("journal %s: %w", label, err)
+		}
+		ix.singles[singleName(keys[0])] = true
+		ok = true
+		return nil
+	}
+	seq := ix.next
+	ix.next++
+	b, err := marshalBatch(seq, list)
+	if err != nil {
+		return fmt.Errorf("journal %s: %w", label, err)
+	}
+	name := batchName(seq)
+	if err := s.replaceFile(s.journal, filepath.Join(s.journal, name), b); err != nil {
+		return fmt.Errorf("journal %s: %w", label, err)
 	}
 	if err := syncDir(s.journal); err != nil {
-		return fmt.Errorf("journal: %w", err)
+		return fmt.Errorf("journal %s: %w", label, err)
 	}
+	ix.batches = append(ix.batches, &jfile{name: name, seq: seq, ins: list})
+	if err := s.prune(ix, keys); err != nil {
+		return fmt.Errorf("journal %s: %w", label, err)
+	}
+	ok = true
 	return nil
 }
 
-// syncParallel bounds the concurrent writes of a batch.
-const syncParallel = 16
+// prune, once a batch of keys is durable, unlinks the files of which
+// every key now has a newer write, then syncs the directory (before any
+// later removal of those keys from the newer files: the barrier of
+// DeleteAll). A key put again at each retry of a failing heal so never
+// piles up files: a file stays only while it holds the newest write of
+// some key. What a crash keeps of it changes nothing Load gives.
+func (s *Store) prune(ix *index, fresh []rebind.Key) error {
+	var dead []string
+	for _, k := range fresh {
+		if name := singleName(k); ix.singles[name] { // readable: older than any batch
+			dead = append(dead, name)
+		}
+	}
+	newest := ix.newest()
+	var live []*jfile
+	for _, f := range ix.batches {
+		if slices.ContainsFunc(f.ins, func(in rebind.Intent) bool { return newest[keyOf(in)] == f.seq }) {
+			live = append(live, f)
+		} else {
+			dead = append(dead, f.name)
+		}
+	}
+	if len(dead) == 0 {
+		return nil
+	}
+	for _, name := range dead {
+		path := filepath.Join(s.journal, name)
+		err := faultAt("unlink", path)
+		if err == nil {
+			err = os.Remove(path)
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("superseded: %w", err)
+		}
+	}
+	if err := syncDir(s.journal); err != nil {
+		return fmt.Errorf("superseded: %w", err)
+	}
+	for _, name := range dead {
+		delete(ix.singles, name)
+	}
+	ix.batches = live
+	return nil
+}
 
-// DeleteAll removes the intents of keys (missing ones are not an error),
-// with one fsync of the directory.
+// newest is the sequence of the newest batch holding each key.
+func (ix *index) newest() map[rebind.Key]uint64 {
+	newest := map[rebind.Key]uint64{}
+	for _, f := range ix.batches {
+		for _, in := range f.ins {
+			newest[keyOf(in)] = max(newest[keyOf(in)], f.seq)
+		}
+	}
+	return newest
+}
+
+func hasKey(m map[string]bool, k string) bool {
+	_, ok := m[k]
+	return ok
+}
+
+// marshalBatch is a batch file, one intent a line.
+func marshalBatch(seq uint64, ins []rebind.Intent) ([]byte, error) {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "{\"version\":%d,\"seq\":%d,\"intents\":[", batchVersion, seq)
+	for i, in := range ins {
+		in.Version = journalVersion
+		j, err := json.Marshal(in)
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("\n")
+		b.Write(j)
+	}
+	b.WriteString("\n]}")
+	return b.Bytes(), nil
+}
+
+// batched tells whether a batch file holds k.
+func (ix *index) batched(k rebind.Key) bool {
+	for _, f := range ix.batches {
+		for _, in := range f.ins {
+			if keyOf(in) == k {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// index is the writer's index, read from the directory when not known;
+// under s.mu.
+func (s *Store) index() (*index, error) {
+	if s.ix != nil {
+		return s.ix, nil
+	}
+	files, bad, maxSeq, err := s.scan()
+	if err != nil {
+		return nil, err
+	}
+	s.ix = newIndex(files, bad, maxSeq)
+	return s.ix, nil
+}
+
+func newIndex(files []jfile, bad []badFile, maxSeq uint64) *index {
+	ix := &index{next: maxSeq + 1, singles: map[string]bool{}}
+	for i := range files {
+		f := &files[i]
+		if f.seq == 0 {
+			ix.singles[f.name] = true
+			continue
+		}
+		ix.batches = append(ix.batches, &jfile{name: f.name, seq: f.seq, ins: slices.Clone(f.ins)})
+	}
+	for _, b := range bad {
+		if !b.batch {
+			ix.singles[b.name] = false // removed by a Delete of its key, as ever
+		}
+	}
+	return ix
+}
+
+// DeleteAll removes the intents of keys from every journal file holding
+// them (missing ones are not an error), with one fsync of the directory
+// when each key is in one file.
 func (s *Store) DeleteAll(keys []rebind.Key) error {
 	if s.readOnly {
 		return ErrReadOnly
 	}
+	if len(keys) == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ix, err := s.index()
+	if err != nil {
+		return fmt.Errorf("journal %s: %w", keysLabel(keys), err)
+	}
+	// What to change, oldest file first: the single entries (older than
+	// any batch), then the batches by sequence.
+	type change struct {
+		name  string
+		batch *jfile
+		keep  []rebind.Intent // what stays in a batch; none: unlink
+		keys  []rebind.Key    // removed from this file
+	}
+	var changes []change
+	gone := make(map[rebind.Key]bool, len(keys))
 	for _, k := range keys {
-		if err := os.Remove(s.file(k)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("journal %s: %w", k, err)
+		if gone[k] {
+			continue
+		}
+		gone[k] = true
+		if name := singleName(k); hasKey(ix.singles, name) {
+			changes = append(changes, change{name: name, keys: []rebind.Key{k}})
+		}
+	}
+	// A batch that changes also drops what newer files supersede (never
+	// a key's newest write: that file is not older than itself); left
+	// without a newest write, it goes.
+	newest := ix.newest()
+	for _, f := range ix.batches {
+		if !slices.ContainsFunc(f.ins, func(in rebind.Intent) bool { return gone[keyOf(in)] }) {
+			continue
+		}
+		var keep []rebind.Intent
+		var removed []rebind.Key
+		for _, in := range f.ins {
+			if k := keyOf(in); gone[k] || newest[k] != f.seq {
+				if !slices.Contains(removed, k) {
+					removed = append(removed, k)
+				}
+			} else {
+				keep = append(keep, in)
+			}
+		}
+		changes = append(changes, change{name: f.name, batch: f, keep: keep, keys: removed})
+	}
+	if len(changes) == 0 {
+		return nil
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.ix = nil // what is on disk is not known: read it again
+		}
+	}()
+	// unsynced: keys removed from a file since the last directory sync. A
+	// newer file holding one of them waits for that sync: were its change
+	// kept by a crash and the older file's lost, the older write of the key
+	// would come back.
+	unsynced := map[rebind.Key]bool{}
+	for _, c := range changes {
+		if slices.ContainsFunc(c.keys, func(k rebind.Key) bool { return unsynced[k] }) {
+			if err := syncDir(s.journal); err != nil {
+				return fmt.Errorf("journal %s: %w", keysLabel(c.keys), err)
+			}
+			clear(unsynced)
+		}
+		path := filepath.Join(s.journal, c.name)
+		if c.batch != nil && len(c.keep) > 0 {
+			b, err := marshalBatch(c.batch.seq, c.keep)
+			if err == nil {
+				err = s.replaceFile(s.journal, path, b)
+			}
+			if err != nil {
+				return fmt.Errorf("journal %s: %w", keysLabel(c.keys), err)
+			}
+		} else {
+			err := faultAt("unlink", path)
+			if err == nil {
+				err = os.Remove(path)
+			}
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("journal %s: %w", keysLabel(c.keys), err)
+			}
+		}
+		for _, k := range c.keys {
+			unsynced[k] = true
 		}
 	}
 	if err := syncDir(s.journal); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
+	for _, c := range changes {
+		switch {
+		case c.batch == nil:
+			delete(ix.singles, c.name)
+		case len(c.keep) > 0:
+			c.batch.ins = c.keep
+		default:
+			ix.batches = slices.DeleteFunc(ix.batches, func(f *jfile) bool { return f == c.batch })
+		}
+	}
+	ok = true
 	return nil
 }
 
@@ -173,12 +556,19 @@ func (s *Store) replaceFile(dir, path string, b []byte) error {
 	tmp := f.Name()
 	_, werr := f.Write(append(b, '\n'))
 	if werr == nil {
+		if err := faultAt("temp", path); err != nil {
+			f.Close()
+			return err // a crash: the temp file stays
+		}
 		werr = f.Sync()
 	}
 	if cerr := f.Close(); werr == nil {
 		werr = cerr
 	}
 	if werr == nil {
+		if err := faultAt("rename", path); err != nil {
+			return err // a crash: the temp file stays
+		}
 		werr = os.Rename(tmp, path)
 	}
 	if werr != nil {
@@ -189,6 +579,9 @@ func (s *Store) replaceFile(dir, path string, b []byte) error {
 }
 
 func syncDir(dir string) error {
+	if err := faultAt("syncdir", dir); err != nil {
+		return err
+	}
 	d, err := os.Open(dir)
 	if err != nil {
 		return err
@@ -203,42 +596,96 @@ func syncDir(dir string) error {
 // Delete removes the intent for k; a missing one is not an error.
 func (s *Store) Delete(k rebind.Key) error { return s.DeleteAll([]rebind.Key{k}) }
 
-// Load reads every intent, changing nothing. Unreadable entries (torn,
-// empty, garbage, wrong version, misnamed) are reported in bad and never
-// acted on; temp files of an interrupted Put are ignored. A missing
-// journal directory is an empty journal.
+// Load reads every intent, changing nothing: of a key in several files,
+// the newest write (see the package comment). Unreadable entries and
+// batches (torn, empty, garbage, wrong version, misnamed) are reported in
+// bad and never acted on; temp files of an interrupted write are ignored.
+// A missing journal directory is an empty journal. The writer's index is
+// rebuilt from what it read.
 func (s *Store) Load() (map[rebind.Key]rebind.Intent, []error) {
-	out := map[rebind.Key]rebind.Intent{}
-	ents, err := os.ReadDir(s.journal)
+	if !s.readOnly {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+	}
+	files, badFiles, maxSeq, err := s.scan()
 	if errors.Is(err, fs.ErrNotExist) && s.readOnly {
-		return out, nil
+		return map[rebind.Key]rebind.Intent{}, nil
 	}
 	if err != nil {
+		s.ix = nil
 		return nil, []error{fmt.Errorf("journal %s: %w", s.journal, err)}
 	}
+	out := make(map[rebind.Key]rebind.Intent, len(files))
+	for _, f := range files { // oldest first: the newest write stays
+		for _, in := range f.ins {
+			out[keyOf(in)] = in
+		}
+	}
 	var bad []error
-	for _, e := range ents {
-		name := e.Name()
-		if strings.HasPrefix(name, ".tmp-") || !strings.HasSuffix(name, ".json") {
-			continue
-		}
-		in, err := s.entry(name)
-		if err != nil {
-			bad = append(bad, fmt.Errorf("journal entry %s: %w", filepath.Join(s.journal, name), err))
-			continue
-		}
-		out[rebind.Key{Kind: in.Kind, ID: in.ID}] = in
+	for _, b := range badFiles {
+		bad = append(bad, fmt.Errorf("journal entry %s: %w", filepath.Join(s.journal, b.name), b.err))
+	}
+	if !s.readOnly {
+		s.ix = newIndex(files, badFiles, maxSeq)
 	}
 	return out, bad
 }
 
+// scan reads the journal: its readable files, oldest first (single
+// entries, then batches by sequence), its unreadable ones, and the highest
+// batch sequence a file name holds. An empty journal is one ReadDir.
+func (s *Store) scan() (files []jfile, bad []badFile, maxSeq uint64, err error) {
+	ents, err := os.ReadDir(s.journal)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	for _, e := range ents {
+		name := e.Name()
+		seq, isBatch := batchSeq(name)
+		if isBatch {
+			maxSeq = max(maxSeq, seq)
+		}
+		if strings.HasPrefix(name, ".tmp-") || !strings.HasSuffix(name, ".json") {
+			continue
+		}
+		if strings.HasPrefix(name, batchPrefix) {
+			ins, err := s.readBatch(name)
+			if err != nil {
+				bad = append(bad, badFile{name: name, batch: true, err: err})
+				continue
+			}
+			files = append(files, jfile{name: name, seq: seq, ins: ins})
+			continue
+		}
+		in, err := s.entry(name)
+		if err != nil {
+			bad = append(bad, badFile{name: name, err: err})
+			continue
+		}
+		files = append(files, jfile{name: name, ins: []rebind.Intent{in}})
+	}
+	slices.SortStableFunc(files, func(a, b jfile) int {
+		switch {
+		case a.seq < b.seq:
+			return -1
+		case a.seq > b.seq:
+			return 1
+		}
+		return 0
+	})
+	return files, bad, maxSeq, nil
+}
+
 // Clean, for the writer at start (under the state-dir lock), removes the
-// temp files of a crash before a rename (never committed) and moves
-// unreadable entries aside to <name>.corrupt. It returns what it moved.
+// temp files of a crash (never committed) and moves unreadable entries and
+// batches aside to <name>.corrupt. It returns what it moved.
 func (s *Store) Clean() ([]error, error) {
 	if s.readOnly {
 		return nil, ErrReadOnly
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ix = nil
 	// Temp files of an interrupted write (journal entries, pins): never
 	// committed. One that cannot be removed (not ours: a directory?) is
 	// reported, never read.
@@ -256,30 +703,28 @@ func (s *Store) Clean() ([]error, error) {
 			}
 		}
 	}
-	ents, err := os.ReadDir(s.journal)
+	files, bad, maxSeq, err := s.scan()
 	if err != nil {
 		return moved, fmt.Errorf("journal %s: %w", s.journal, err)
 	}
-	for _, e := range ents {
-		name := e.Name()
-		path := filepath.Join(s.journal, name)
-		if strings.HasPrefix(name, ".tmp-") || !strings.HasSuffix(name, ".json") {
-			continue
-		}
-		if _, err := s.entry(name); err != nil {
-			moved = append(moved, fmt.Errorf("journal entry %s: %w; moved aside to %s.corrupt", path, err, name))
-			if rerr := os.Rename(path, path+".corrupt"); rerr != nil {
-				return moved, fmt.Errorf("journal entry %s: %w", path, rerr)
-			}
+	for _, b := range bad {
+		path := filepath.Join(s.journal, b.name)
+		moved = append(moved, fmt.Errorf("journal entry %s: %w; moved aside to %s.corrupt", path, b.err, b.name))
+		if rerr := os.Rename(path, path+".corrupt"); rerr != nil {
+			return moved, fmt.Errorf("journal entry %s: %w", path, rerr)
 		}
 	}
-	return moved, syncDir(s.journal)
+	if err := syncDir(s.journal); err != nil {
+		return moved, err
+	}
+	s.ix = newIndex(files, nil, maxSeq)
+	return moved, nil
 }
 
 func (s *Store) entry(name string) (rebind.Intent, error) {
 	path := filepath.Join(s.journal, name)
 	in, err := readIntent(path)
-	if err == nil && s.file(rebind.Key{Kind: in.Kind, ID: in.ID}) != path {
+	if err == nil && s.file(keyOf(in)) != path {
 		err = fmt.Errorf("entry names %s %q, which does not match its file name", in.Kind, in.ID)
 	}
 	return in, err
@@ -296,30 +741,84 @@ func readIntent(path string) (rebind.Intent, error) {
 		return rebind.Intent{}, err
 	}
 	var in rebind.Intent
-	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
 		return rebind.Intent{}, fmt.Errorf("unreadable (%v)", err)
 	}
+	return in, checkIntent(in)
+}
+
+// checkIntent is what makes an intent readable, alone or in a batch.
+func checkIntent(in rebind.Intent) error {
 	if in.Version != journalVersion {
-		return rebind.Intent{}, fmt.Errorf("version %d, this build reads %d", in.Version, journalVersion)
+		return fmt.Errorf("version %d, this build reads %d", in.Version, journalVersion)
 	}
 	switch in.Kind {
 	case rebind.KindNvmet:
 		if len(in.Links) == 0 {
-			return rebind.Intent{}, errors.New("nvmet entry without links")
+			return errors.New("nvmet entry without links")
 		}
 	case rebind.KindLIO:
 		if !in.ISER {
-			return rebind.Intent{}, errors.New("lio entry without iser")
+			return errors.New("lio entry without iser")
 		}
 	default:
-		return rebind.Intent{}, fmt.Errorf("unknown kind %q", in.Kind)
+		return fmt.Errorf("unknown kind %q", in.Kind)
 	}
 	if in.ID == "" {
-		return rebind.Intent{}, errors.New("entry without id")
+		return errors.New("entry without id")
 	}
-	return in, nil
+	return nil
+}
+
+// batchFile is the content of a batch file.
+type batchFile struct {
+	Version int             `json:"version"`
+	Seq     uint64          `json:"seq"`
+	Intents []rebind.Intent `json:"intents"`
+}
+
+// readBatch reads the batch file name: its version, its sequence (which
+// must be its name's), each intent checked as a single entry is.
+func (s *Store) readBatch(name string) ([]rebind.Intent, error) {
+	seq, ok := batchSeq(name)
+	if !ok || batchName(seq) != name {
+		return nil, errors.New("not a batch file name (batch-<20 digits>.json)")
+	}
+	f, err := os.Open(filepath.Join(s.journal, name))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxBatchBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxBatchBytes {
+		return nil, fmt.Errorf("larger than %d bytes", maxBatchBytes)
+	}
+	var bf batchFile
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&bf); err != nil {
+		return nil, fmt.Errorf("unreadable (%v)", err)
+	}
+	if bf.Version != batchVersion {
+		return nil, fmt.Errorf("batch version %d, this build reads %d", bf.Version, batchVersion)
+	}
+	if bf.Seq != seq {
+		return nil, fmt.Errorf("batch sequence %d, which does not match its file name", bf.Seq)
+	}
+	if len(bf.Intents) == 0 {
+		return nil, errors.New("batch without intents")
+	}
+	for i, in := range bf.Intents {
+		if err := checkIntent(in); err != nil {
+			return nil, fmt.Errorf("intent %d (%s %q): %w", i+1, in.Kind, in.ID, err)
+		}
+	}
+	return bf.Intents, nil
 }
 
 // pinEntry is one line of pins.json.

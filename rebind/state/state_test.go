@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -60,24 +61,75 @@ func TestBatchReadOnly(t *testing.T) {
 	}
 }
 
-// TestPutAllNamesTheKey: a journal entry that cannot be written is an
-// error naming the object (the journal directory replaced by a file: no
-// user, root included, can create an entry in it).
+// TestPutAllNamesTheKey: a journal write that fails is an error naming
+// the object, or the first of a batch and how many more (the journal
+// directory replaced by a file: no user, root included, can create an
+// entry in it; or a failed rename).
 func TestPutAllNamesTheKey(t *testing.T) {
-	dir := t.TempDir()
-	s, err := state.Open(dir)
+	for _, tt := range []struct {
+		name  string
+		n     int
+		fault string // the operation that fails; none: the journal is a file
+		want  string
+	}{
+		{"one, journal is a file", 1, "", "journal nvmet port 7: "},
+		{"batch, journal is a file", 256, "", "journal nvmet port 7 and 255 more: "},
+		{"one, rename fails", 1, "rename", "journal nvmet port 7: "},
+		{"batch, rename fails", 256, "rename", "journal nvmet port 7 and 255 more: "},
+		{"batch, sync fails", 256, "syncdir", "journal nvmet port 7 and 255 more: "},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := state.Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.fault == "" {
+				j := filepath.Join(dir, "journal")
+				if err := os.RemoveAll(j); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(j, nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				defer state.SetFault(func(op, path string) error {
+					if op == tt.fault {
+						return errors.New("injected")
+					}
+					return nil
+				})()
+			}
+			var ins []rebind.Intent
+			for i := range tt.n {
+				ins = append(ins, rebind.Intent{Kind: rebind.KindNvmet, ID: strconv.Itoa(7 + i)})
+			}
+			err = s.PutAll(ins)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("PutAll: %v, want an error naming %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestDeleteAllNamesTheKey: so does a removal that fails.
+func TestDeleteAllNamesTheKey(t *testing.T) {
+	s, err := state.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := filepath.Join(dir, "journal")
-	if err := os.RemoveAll(j); err != nil {
+	ins := []rebind.Intent{nv("7", "a"), nv("8", "a"), nv("9", "a")}
+	if err := s.PutAll(ins); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(j, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	err = s.PutAll([]rebind.Intent{{Kind: rebind.KindNvmet, ID: "7"}})
-	if err == nil || !strings.Contains(err.Error(), "nvmet port 7") {
-		t.Fatalf("PutAll into a journal that is a file: %v, want an error naming nvmet port 7", err)
+	defer state.SetFault(func(op, path string) error {
+		if op == "rename" {
+			return errors.New("injected")
+		}
+		return nil
+	})()
+	err = s.DeleteAll([]rebind.Key{nk("7"), nk("8")})
+	if err == nil || !strings.Contains(err.Error(), "journal nvmet port 7 and 1 more: ") {
+		t.Fatalf("DeleteAll: %v, want an error naming nvmet port 7 and 1 more", err)
 	}
 }
