@@ -492,6 +492,11 @@ func actionable(obs Observed, mem Memory) Observed {
 	sub.Ports = make([]configfs.Port, 0, 16)
 	for _, p := range obs.Ports {
 		k := Key{KindNvmet, p.ID}
+		if obs.LinksUnread[p.ID] && !mem.Forced[k] {
+			// Observe judged it listening with this view, and neither
+			// journaled nor declared: alive.
+			continue
+		}
 		ap, err := p.Addr()
 		if p.Err != nil || err != nil || named(k) || declared[k] || !alive(Endpoint{KindNvmet, ap}) {
 			sub.Ports = append(sub.Ports, p)
