@@ -547,6 +547,9 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 func (e *Engine) learn(pl Planned, obs Observed, outcomes []Outcome) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	// Kept for status and the next round's comparison, without its index
+	// (megabytes at thousands of listeners; Plan builds one when asked).
+	obs.view = nil
 	e.lastObs = obs
 	var pinsChanged bool
 	defer func() { e.stats.PendingRetries = len(e.mem.NextTry) }()

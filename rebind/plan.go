@@ -328,12 +328,38 @@ type netView struct {
 	spans    map[lkey]span // address-bound LISTEN entries: backing[start:end]
 	backing  []rdma.CMID
 	wild     map[lkey]bool // wildcard children (no port)
+	// unknown is the reason of every endpoint whose state is unknown (one
+	// string for thousands of items).
+	unknown string
 }
 
-// lkey indexes listeners by kernel owner and source address.
+// lkey indexes listeners by kernel owner and source address (the zone
+// left out). It holds no pointer: the GC never scans the index, and it
+// hashes as plain memory.
 type lkey struct {
-	owner string
-	src   netip.AddrPort
+	ip    [16]byte
+	port  uint16
+	is4   bool
+	owner uint8 // ownerCode
+}
+
+// ownerCode numbers the kernel owners an endpoint is looked up by; every
+// other owner shares one code (never looked up).
+func ownerCode(name string) uint8 {
+	switch name {
+	case "":
+		return 0 // kernels without RES_KERN_NAME
+	case "nvmet_rdma":
+		return 1
+	case "ib_isert":
+		return 2
+	}
+	return 3
+}
+
+func listenKey(owner string, ap netip.AddrPort) lkey {
+	a := ap.Addr()
+	return lkey{ip: a.As16(), port: ap.Port(), is4: a.Is4(), owner: ownerCode(owner)}
 }
 
 func netIndex(obs Observed) netView {
@@ -342,6 +368,9 @@ func netIndex(obs Observed) netView {
 	v := netView{addrs: make(map[netip.Addr]rdma.Addr, len(obs.Addrs)), carriers: rdma.IndexCarriers(obs.Devices),
 		devByIdx: make(map[uint32]rdma.Device, len(obs.Devices)),
 		spans:    make(map[lkey]span, len(obs.Listeners)), wild: map[lkey]bool{}}
+	if obs.ListenersErr != nil {
+		v.unknown = "listener state unknown: " + obs.ListenersErr.Error()
+	}
 	// The bound listeners share one backing array, grouped by key in
 	// table order: each key's entries are a span of it (one allocation
 	// instead of one per listener, and one map).
@@ -350,7 +379,7 @@ func netIndex(obs Observed) netView {
 		if !c.Listening() {
 			continue
 		}
-		k := lkey{c.KernName, unzoned(c.Src)}
+		k := listenKey(c.KernName, c.Src)
 		if c.Port == 0 {
 			v.wild[k] = true
 			continue
@@ -370,7 +399,7 @@ func netIndex(obs Observed) netView {
 		if !c.Listening() || c.Port == 0 {
 			continue
 		}
-		k := lkey{c.KernName, unzoned(c.Src)}
+		k := listenKey(c.KernName, c.Src)
 		sp := v.spans[k]
 		v.backing[sp.end] = c
 		sp.end++
@@ -422,10 +451,10 @@ func (v netView) bound(k lkey) []rdma.CMID {
 
 // entries returns the LISTEN entries of the endpoint (a specific address).
 func (v netView) entries(e Endpoint) []rdma.CMID {
-	if es := v.bound(lkey{e.Owner(), e.Addr}); len(es) > 0 {
+	if es := v.bound(listenKey(e.Owner(), e.Addr)); len(es) > 0 {
 		return es
 	}
-	return v.bound(lkey{"", e.Addr}) // kernels without RES_KERN_NAME
+	return v.bound(listenKey("", e.Addr)) // kernels without RES_KERN_NAME
 }
 
 func watched(cfg Config, ip netip.Addr) bool {
@@ -665,7 +694,7 @@ func wildcardListening(obs Observed, v netView, e Endpoint) *bool {
 	if obs.ListenersErr != nil {
 		return nil
 	}
-	return ptr(len(obs.Devices) > 0 && (v.wild[lkey{e.Owner(), e.Addr}] || v.wild[lkey{"", e.Addr}]))
+	return ptr(len(obs.Devices) > 0 && (v.wild[listenKey(e.Owner(), e.Addr)] || v.wild[listenKey("", e.Addr)]))
 }
 
 // judge says whether the endpoint's listener is alive where its address is
@@ -735,7 +764,7 @@ func planEndpoint(p *Planned, g *group, obs Observed, mem Memory, cfg Config, v 
 			reason = "iser is 0: no iSER listener configured"
 		}
 	case StateUnknown:
-		reason = "listener state unknown: " + obs.ListenersErr.Error()
+		reason = v.unknown
 	case StateListening:
 		reason = "listening"
 	case StateDead:
@@ -1237,7 +1266,3 @@ type Outcome struct {
 	Latency  time.Duration
 }
 
-// unzoned drops an IPv6 scope the kernel reports for link-local listeners.
-func unzoned(ap netip.AddrPort) netip.AddrPort {
-	return netip.AddrPortFrom(ap.Addr().WithZone(""), ap.Port())
-}
