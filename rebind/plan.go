@@ -1265,4 +1265,3 @@ type Outcome struct {
 	At       time.Time
 	Latency  time.Duration
 }
-
