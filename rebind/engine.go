@@ -118,7 +118,10 @@ type Engine struct {
 	log     *slog.Logger
 	trigger chan struct{}
 
-	run     sync.Mutex // one reconcile at a time
+	run sync.Mutex // one reconcile at a time
+	// views are the listener indexes of a round's two observations,
+	// reused from round to round (under run).
+	views   [2]netView
 	mu      sync.Mutex // guards the fields below
 	cfg     Config
 	mem     Memory
@@ -246,11 +249,13 @@ func (e *Engine) Retry(k Key) {
 // Observe reads configfs, the journal and the kernel. Errors that make the
 // observation unusable (configfs unreadable) are returned; kernel read errors
 // are recorded in Observed and make the affected facts unknown.
-func (e *Engine) Observe() (Observed, error) { return e.observe(nil) }
+func (e *Engine) Observe() (Observed, error) { return e.observe(nil, nil) }
 
 // observe is Observe; with prev (the devices of the round's first
-// observation), GID tables are reused where the Kernel can.
-func (e *Engine) observe(prev []rdma.Device) (Observed, error) {
+// observation), GID tables are reused where the Kernel can. With into,
+// the observation's listener index is built in it (its storage reused),
+// else in a new one.
+func (e *Engine) observe(prev []rdma.Device, into *netView) (Observed, error) {
 	obs := Observed{Now: e.opt.Now(), Subsystems: map[string]bool{}, LinksUnread: map[string]bool{}}
 	// The kernel first: which listeners are alive decides how much of
 	// configfs must be read (a live port's links are not needed).
@@ -284,8 +289,12 @@ func (e *Engine) observe(prev []rdma.Device) (Observed, error) {
 		}
 		obs.Declared = d
 	}
-	v := netIndex(obs)
-	obs.view = &v
+	if into == nil {
+		into = new(netView)
+	}
+	into.reindex(obs)
+	obs.view = into
+	v := *into
 	declared := map[string]bool{}
 	for _, d := range obs.Declared {
 		if d.Kind == KindNvmet {
@@ -368,7 +377,10 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 		e.stats.ReconcileTime += time.Since(start)
 		e.mu.Unlock()
 	}()
-	obs, err := e.Observe()
+	// The round's two observations (before acting, and the verification)
+	// are indexed into the engine's two views: under e.run, and neither
+	// outlives the round (learn drops it from what it keeps).
+	obs, err := e.observe(nil, &e.views[0])
 	if err != nil {
 		return nil, err
 	}
@@ -524,7 +536,7 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 	if len(done) > 0 {
 		// One observation verifies every heal of this round (one cm_id
 		// dump per device, not one per endpoint) and refreshes the status.
-		obs2, err := e.observe(obs.Devices)
+		obs2, err := e.observe(obs.Devices, &e.views[1])
 		var pl2 Planned
 		if err == nil {
 			e.mu.Lock()

@@ -363,11 +363,31 @@ func listenKey(owner string, ap netip.AddrPort) lkey {
 }
 
 func netIndex(obs Observed) netView {
-	// Sized up front: at thousands of listeners, growing these maps and
-	// one slice per listener was most of a plan's garbage (BENCHMARKS.md).
-	v := netView{addrs: make(map[netip.Addr]rdma.Addr, len(obs.Addrs)), carriers: rdma.IndexCarriers(obs.Devices),
-		devByIdx: make(map[uint32]rdma.Device, len(obs.Devices)),
-		spans:    make(map[lkey]span, len(obs.Listeners)), wild: map[lkey]bool{}}
+	var v netView
+	v.reindex(obs)
+	return v
+}
+
+// reindex makes v the index of obs, reusing its storage: the engine
+// indexes each of its observations into one of two views it keeps
+// (thousands of listeners, addresses and GIDs make no garbage a round);
+// what v answered before must no longer be used.
+func (v *netView) reindex(obs Observed) {
+	if v.addrs == nil {
+		// Sized up front: at thousands of listeners, growing these maps
+		// was most of a plan's garbage (BENCHMARKS.md).
+		v.addrs = make(map[netip.Addr]rdma.Addr, len(obs.Addrs))
+		v.devByIdx = make(map[uint32]rdma.Device, len(obs.Devices))
+		v.spans = make(map[lkey]span, len(obs.Listeners))
+		v.wild = map[lkey]bool{}
+	} else {
+		clear(v.addrs)
+		clear(v.devByIdx)
+		clear(v.spans)
+		clear(v.wild)
+	}
+	v.carriers.Reindex(obs.Devices)
+	v.unknown = ""
 	if obs.ListenersErr != nil {
 		v.unknown = "listener state unknown: " + obs.ListenersErr.Error()
 	}
@@ -394,7 +414,12 @@ func netIndex(obs Observed) netView {
 		v.spans[k] = span{at, at} // end is the fill cursor
 		at += sp.end
 	}
-	v.backing = make([]rdma.CMID, n)
+	clear(v.backing[:cap(v.backing)])
+	if cap(v.backing) >= n {
+		v.backing = v.backing[:n]
+	} else {
+		v.backing = make([]rdma.CMID, n)
+	}
 	for _, c := range obs.Listeners {
 		if !c.Listening() || c.Port == 0 {
 			continue
@@ -413,7 +438,6 @@ func netIndex(obs Observed) netView {
 	for _, d := range obs.Devices {
 		v.devByIdx[d.Index] = d
 	}
-	return v
 }
 
 // carrier is where an address is and which RDMA port would carry it.
