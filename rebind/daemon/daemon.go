@@ -339,34 +339,22 @@ func (d *daemon) writeTextfile(ctx context.Context, flag string, tf *metrics.Tex
 // set in the environment: then the Go runtime does as told and the
 // daemon does nothing of its own.
 //
-// The daemon idles between rounds, and a round allocates much more than
-// the daemon keeps (mostly the engine's plan: about 25 MB a round with
-// 4096 ports and 4096 portals, whose live heap is about 10 MB). Left to
-// the runtime (GOGC=100), the heap goal is twice the heap marked at the
-// last GC, which falls in the middle of a round, and the pages of a
-// round's garbage stay mapped between rounds: the idle RSS is several
-// times the live heap. So once the loop is quiet after rounds that
-// allocated as much as the live heap, trimMemory collects and returns
-// every free page to the system (debug.FreeOSMemory), and sets GOGC so
-// that a burst as large fits the heap goal without a GC in its middle
-// (the trim's GC takes its place). Measured with tests/idle-cost.sh 600
-// 4096 4096 model (idle: a round every 30 s, a full rescan at 10 min;
-// about 10 MB of the RSS is the binary's own pages), on a 2-core machine
-// shared with other work (CPU seconds vary by 0.1):
-//
-//	                                             rss_kb  rss_peak_kb  cpu_seconds
-//	before the compact configfs model            108184       108184         1.05
-//	runtime defaults (GOGC=100 in the env)        60944        63716         1.05
-//	trimMemory                                    27648        78704         1.23
-//
-// Returning the pages is what costs: the next round faults them in again,
-// in system time (about 9 ms a round for 25 MB here: 60 s of 2 s rounds
-// took 0.27 s more system time, the same user time); the GC is no extra
-// (it replaces the one the round would have made). That cost goes with
-// the garbage a round makes. Collecting when quiet without returning the
-// pages does not help (the heap goal keeps them: 78 MB measured). The
-// peak is the periodic rescan, a burst larger than the GOGC set for a
-// round.
+// The daemon idles between rounds, and a round allocates more than the
+// daemon keeps: a planned round at 4096 ports and 4096 portals about
+// 25 MB, an idle resync whose inputs did not change (its plan kept) a
+// megabyte or two, the periodic rescan tens of megabytes; the live heap
+// is about 10 MB. Left to the runtime (GOGC=100), the pages of that
+// garbage stay mapped until a GC and the scavenger return them, which at
+// idle (a GC every 2 minutes) is slow: the idle RSS is a multiple of the
+// live heap. So once the loop has been quiet for trimAfter after rounds
+// that allocated trimMin or more, trimMemory collects and returns every
+// free page to the system (debug.FreeOSMemory), and sets GOGC so that a
+// burst as large fits the heap goal without a GC in its middle (the
+// trim's GC takes its place). The cost is a GC per trim and the page
+// faults of the next round re-touching returned pages, in system time;
+// BENCHMARKS.md ("Idle") has RSS and CPU with and without it
+// (tests/idle-cost.sh 600 4096 4096 model; GOGC=100 in the environment
+// turns the policy off).
 
 // trimAfter is how long the loop must have been quiet (no round, no beat)
 // before trimMemory trims; trimMin the least heap allocated since the
@@ -378,13 +366,12 @@ const (
 )
 
 // trimMemory is the memory policy: once the loop has been quiet for
-// trimAfter after rounds that allocated as much as the live heap (what
-// makes a GC at GOGC=100), and trimMin at least, it collects and returns
-// the free heap to the system, then sets GOGC to make the heap goal the
-// live heap plus 1.25 times what those rounds allocated (between 100 and
-// maxGCPercent). A burst that allocates twice that before the loop is
-// quiet again sets GOGC back to 100: the runtime's own pacing, for a
-// heap that is growing.
+// trimAfter after rounds that allocated trimMin or more, it collects and
+// returns the free heap to the system, then sets GOGC to make the heap
+// goal the live heap plus 1.25 times what those rounds allocated (between
+// 100 and maxGCPercent). A burst that allocates twice that before the
+// loop is quiet again sets GOGC back to 100: the runtime's own pacing,
+// for a heap that is growing.
 func trimMemory(ctx context.Context, rounds <-chan struct{}) {
 	s := []rtmetrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/heap/live:bytes"}}
 	read := func() (allocs, live uint64) {
