@@ -456,6 +456,7 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 	// With heals, memory is learnt once, from the verification after them
 	// (below): not before the first write, which it would only delay.
 	var done []pending
+	var verified time.Duration // the verification's share of act_and_verify
 	if len(pl.Heals) > 0 {
 		// Where a round's time goes (debug: one line per round that acts):
 		// observing, planning, then acting (configfs writes, the journal,
@@ -469,7 +470,7 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 			w, j := e.stats.WriteTime-w0, e.stats.JournalTime-j0
 			e.mu.Unlock()
 			e.log.Debug("round", "heals", heals, "observe", observed.Sub(start), "plan", planned.Sub(observed),
-				"act_and_verify", time.Since(planned), "configfs_writes", w, "journal", j)
+				"act_and_verify", time.Since(planned), "configfs_writes", w, "journal", j, "verify", verified)
 		}()
 	}
 	// Journal entries are written in two batches: the first heal's alone
@@ -536,6 +537,7 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 	if len(done) > 0 {
 		// One observation verifies every heal of this round (one cm_id
 		// dump per device, not one per endpoint) and refreshes the status.
+		t := time.Now()
 		obs2, err := e.observe(obs.Devices, &e.views[1])
 		var pl2 Planned
 		if err == nil {
@@ -550,6 +552,7 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 			pl = full()
 		}
 		e.learn(pl, obs, outcomes)
+		verified = time.Since(t)
 	}
 	e.report(outcomes, pl.Items)
 	return pl.Items, nil

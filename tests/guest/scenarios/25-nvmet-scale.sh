@@ -95,7 +95,7 @@ metric "daemon_write_ms=$wms"
 metric "kernel_share=$share"
 log "daemon: first LISTEN $df ms, all $TOTAL $da ms; $wms ms of it inside configfs writes (share $share); $rms ms reconciling in those 4 s"
 # Where the daemon's time went: its events and the rounds that acted
-# (debug log: observe, plan, act_and_verify, configfs_writes, journal).
+# (debug log: observe, plan, act_and_verify, configfs_writes, journal, verify).
 tail -n +"$((l0 + 1))" "$W/daemon.log" | grep 'msg=event\|msg=round' | head -n 12 | while read -r line; do log "  $line"; done
 daemon_alive || fail "the daemon died"
 daemon_stop
