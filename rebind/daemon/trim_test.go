@@ -39,16 +39,22 @@ func TestTrimMemory(t *testing.T) {
 			t.Fatalf("GOGC %d while the loop was busy, want 100 (no trim)", gogc)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	// The trim: GOGC raised for the burst, and right then the free heap
+	// back to the system (a few pages may be taken again meanwhile; the
+	// scavenger alone returns 16 MB much more slowly).
+	deadline := time.Now().Add(5 * time.Second)
 	for {
 		free, gogc := read()
-		if gogc > 100 && free < 1<<20 {
+		if gogc > 100 {
+			if free > 4<<20 {
+				t.Fatalf("trimmed (GOGC %d), yet %d bytes of free heap were kept", gogc, free)
+			}
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("10 s after the last round: free heap %d bytes, GOGC %d; want the free heap returned and GOGC raised for the burst", free, gogc)
+			t.Fatalf("5 s after the last round: GOGC %d, free heap %d bytes; want a trim", gogc, free)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
 	cancel()
 	<-done
