@@ -6,8 +6,10 @@
 # on tmpfs, and no events. model (default): configfs through the daemon's
 # inotify model; full: run --no-watch (all of configfs read at every
 # resync). Run on the host: without RDMA devices every object is managed
-# with listening unknown, so each resync plans every object (the worst
-# case). The periodic full rescan is every 10 minutes (rescan_interval).
+# with listening unknown; the first round plans every object, and the
+# resyncs after it, which read the same (the same error included), keep
+# that plan, as a target whose listeners are alive does. The periodic full
+# rescan is every 10 minutes (rescan_interval).
 set -eu
 SECS=${1:-600}
 PORTS=${2:-4096}
