@@ -396,7 +396,7 @@ func trimMemory(ctx context.Context, rounds <-chan struct{}) {
 				}
 			}
 		case <-quiet.C:
-			allocs, live := read()
+			allocs, _ := read()
 			burst := allocs - last
 			if burst < trimMin {
 				continue
