@@ -402,6 +402,7 @@ func trimMemory(ctx context.Context, rounds <-chan struct{}) {
 				continue
 			}
 			debug.FreeOSMemory()
+			var live uint64
 			last, live = read()
 			expect = 0
 			pct := 100
