@@ -7,8 +7,6 @@ import (
 	"io/fs"
 	"net/netip"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -677,111 +675,5 @@ func TestPlanDescribesWhatApplyWrites(t *testing.T) {
 	}
 	if diff := cmp.Diff(wantWrites, writes); diff != "" {
 		t.Errorf("writes differ from the plan (-plan +applied):\n%s", diff)
-	}
-}
-
-// slowISER wraps a Tree: each iser write takes 5 ms, and the writes in
-// flight are counted (the fake kernel itself serialises them).
-type slowISER struct {
-	rebind.Tree
-	mu            sync.Mutex
-	inFlight      int
-	maxOn, maxOff int
-	ons           int  // iser=1 writes started
-	firstOnAlone  bool // no other iser=1 started while the first ran
-	firstRunning  bool
-	fail          string // a portal whose iser=1 fails once
-}
-
-func (s *slowISER) SetISER(id string, on bool) error {
-	s.mu.Lock()
-	s.inFlight++
-	if on {
-		s.ons++
-		s.maxOn = max(s.maxOn, s.inFlight)
-		switch {
-		case s.ons == 1:
-			s.firstOnAlone, s.firstRunning = s.inFlight == 1, true
-		case s.firstRunning:
-			s.firstOnAlone = false
-		}
-	} else {
-		s.maxOff = max(s.maxOff, s.inFlight)
-	}
-	first := on && s.ons == 1
-	fail := on && id == s.fail
-	if fail {
-		s.fail = ""
-	}
-	s.mu.Unlock()
-	time.Sleep(5 * time.Millisecond)
-	var err error
-	if fail {
-		err = fmt.Errorf("iser write refused (test): %w", syscall.ENODEV)
-	} else {
-		err = s.Tree.SetISER(id, on)
-	}
-	s.mu.Lock()
-	s.inFlight--
-	if on && s.firstRunning && first {
-		s.firstRunning = false
-	}
-	s.mu.Unlock()
-	return err
-}
-
-// TestSharersAttachInParallel: after every sharer went to 0 and the first
-// went back to 1 alone (creating the listener), the others' iser=1 writes
-// run in parallel; the iser=0 writes never do. A refused iser=1 stops the
-// heal with the journal kept, and the next round completes it.
-func TestSharersAttachInParallel(t *testing.T) {
-	const n = 32
-	k, ids, own := sharedWorld(t, n)
-	clk := newClock()
-	j, err := state.Open(t.TempDir())
-	must(t, err)
-	tree := &slowISER{Tree: k.FS()}
-	e := rebind.New(rebind.Options{Tree: tree, Kernel: k, Store: j, Config: rebind.DefaultConfig(), Now: clk.now})
-	_, err = e.Reconcile(context.Background())
-	must(t, err)
-	for round, fail := range []string{"", ids[n/2]} {
-		k.RemoveDevice("rxe0")
-		k.AddDevice("rxe0", 0x11, "veth0")
-		tree.mu.Lock()
-		tree.maxOn, tree.maxOff, tree.ons, tree.fail, tree.firstRunning = 0, 0, 0, fail, false
-		tree.mu.Unlock()
-		_, err = e.Reconcile(context.Background())
-		must(t, err)
-		if fail != "" {
-			if ents, _ := j.Load(); len(ents) == 0 {
-				t.Fatalf("round %d: an iser=1 was refused, yet the journal is empty", round)
-			}
-			clk.advance(10 * time.Second) // past the backoff
-			_, err = e.Reconcile(context.Background())
-			must(t, err)
-		}
-		for _, id := range append(ids, own) {
-			if !k.Listening("ib_isert", id) {
-				t.Fatalf("round %d: %s not listening", round, id)
-			}
-			p, err := k.FS().Portal(id)
-			if err != nil || !p.ISER {
-				t.Fatalf("round %d: %s iser %v (%v), want 1", round, id, p.ISER, err)
-			}
-		}
-		if ents, _ := j.Load(); len(ents) != 0 {
-			t.Errorf("round %d: journal not empty: %v", round, ents)
-		}
-		tree.mu.Lock()
-		if tree.maxOn < 2 {
-			t.Errorf("round %d: at most %d iser=1 writes at a time, want them in parallel", round, tree.maxOn)
-		}
-		if tree.maxOff != 1 {
-			t.Errorf("round %d: %d iser=0 writes at a time, want 1", round, tree.maxOff)
-		}
-		if !tree.firstOnAlone {
-			t.Errorf("round %d: the first iser=1 (the one creating the listener) was not alone", round)
-		}
-		tree.mu.Unlock()
 	}
 }

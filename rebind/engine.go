@@ -133,16 +133,12 @@ type Engine struct {
 	// every object, acted on nothing and left nothing time-dependent in
 	// memory: a round that observes the same again decides the same and
 	// skips its plan (idle resyncs, re-checks after a heal). nil: plan.
-	steady *Observed
-	// writing counts the configfs writes in progress since writingSince
-	// (timedTree).
-	writing      int
-	writingSince time.Time
-	stats        Stats
-	journalErrs  []error
-	bootUntil    time.Time
-	eventAt      time.Time
-	requests     chan request // manual rebinds, served by Run
+	steady      *Observed
+	stats       Stats
+	journalErrs []error
+	bootUntil   time.Time
+	eventAt     time.Time
+	requests    chan request // manual rebinds, served by Run
 }
 
 // request is a manual rebind handed to the loop: the one writer.
@@ -918,24 +914,8 @@ func (e *Engine) execute(h Heal, pre putResult) ([]Key, error) {
 	}
 	var deletes []Key
 	var nUnlink, nLink, nOff, nOn int
-	for i := 0; i < len(h.Steps); i++ {
-		s := h.Steps[i]
+	for _, s := range h.Steps {
 		if skip[s.Key] && s.Op != OpJournalDelete {
-			continue
-		}
-		if s.Op == OpSetISER && s.On && nOn > 0 {
-			// The listener exists (the first iser=1 created it, or
-			// re-attached to it): the other sharers only attach to it,
-			// and each of their writes waits for the modprobe the kernel
-			// spawns. They are written in parallel.
-			end := i
-			for end < len(h.Steps) && h.Steps[end].Op == OpSetISER && h.Steps[end].On {
-				end++
-			}
-			if err := e.attachSharers(fsys, h.Steps[i:end], skip); err != nil {
-				return nil, err
-			}
-			i = end - 1
 			continue
 		}
 		switch s.Op {
@@ -1009,116 +989,32 @@ func (e *Engine) journalTime(start time.Time) {
 	e.mu.Unlock()
 }
 
-// attachWriters bounds the parallel iser=1 writes of attachSharers.
-const attachWriters = 8
-
-// attachSharers writes iser=1 on the sharers of a portal whose listener an
-// earlier iser=1 of the heal made (or re-attached to), attachWriters at a
-// time: the kernel serialises what they share (np_lock, in iscsit_add_np)
-// and each holds only its own TPG (lio_target_np_driver_store), while the
-// modprobe each write waits for runs in parallel. Each write checks its
-// precondition right before, as a sequential one does (a portal gone or
-// already at 1 is left alone). The first error stops new writes; it is
-// returned once those in flight are done. iser=0 writes stay sequential:
-// the last sharer going to 0 resets the listener's thread.
-func (e *Engine) attachSharers(fsys timedTree, steps []Step, skip map[Key]bool) error {
-	var mu sync.Mutex
-	var first error
-	next := make(chan Step)
-	var wg sync.WaitGroup
-	for range min(attachWriters, len(steps)) {
-		wg.Go(func() {
-			for s := range next {
-				mu.Lock()
-				stop := first != nil
-				mu.Unlock()
-				if stop {
-					continue
-				}
-				gone, err := attachSharer(fsys, s)
-				mu.Lock()
-				if gone {
-					skip[s.Key] = true // the admin removed the portal
-				}
-				if err != nil && first == nil {
-					first = err
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	for _, s := range steps {
-		mu.Lock()
-		skipped := skip[s.Key]
-		mu.Unlock()
-		if !skipped {
-			next <- s
-		}
-	}
-	close(next)
-	wg.Wait()
-	return first
-}
-
-// attachSharer is one iser=1 write of attachSharers; gone reports a portal
-// the admin removed.
-func attachSharer(fsys timedTree, s Step) (gone bool, err error) {
-	p, err := fsys.Portal(s.Key.ID)
-	if errors.Is(err, fs.ErrNotExist) {
-		return true, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("%s: re-read: %w", s.Key, err)
-	}
-	if p.ISER {
-		return false, nil
-	}
-	return false, fsys.SetISER(s.Key.ID, true)
-}
-
 // timedTree counts the configfs writes and the time spent in them.
 type timedTree struct {
 	Tree
 	e *Engine
 }
 
-// begin and end bracket a write. WriteTime is wall-clock time during which
-// at least one write was in progress (parallel writes are counted once:
-// the kernel's share of a round's time).
-func (t timedTree) begin() {
+func (t timedTree) timed(start time.Time) {
+	d := time.Since(start)
 	t.e.mu.Lock()
-	if t.e.writing == 0 {
-		t.e.writingSince = time.Now()
-	}
-	t.e.writing++
-	t.e.mu.Unlock()
-}
-
-func (t timedTree) end() {
-	t.e.mu.Lock()
-	t.e.writing--
-	if t.e.writing == 0 {
-		t.e.stats.WriteTime += time.Since(t.e.writingSince)
-	}
+	t.e.stats.WriteTime += d
 	t.e.stats.Writes++
 	t.e.mu.Unlock()
 }
 
 func (t timedTree) Unlink(portID string, l configfs.Link) error {
-	t.begin()
-	defer t.end()
+	defer t.timed(time.Now())
 	return t.Tree.Unlink(portID, l)
 }
 
 func (t timedTree) Relink(portID string, l configfs.Link) error {
-	t.begin()
-	defer t.end()
+	defer t.timed(time.Now())
 	return t.Tree.Relink(portID, l)
 }
 
 func (t timedTree) SetISER(portalID string, on bool) error {
-	t.begin()
-	defer t.end()
+	defer t.timed(time.Now())
 	return t.Tree.SetISER(portalID, on)
 }
 

@@ -506,13 +506,9 @@ func (m *Model) Relink(portID string, l configfs.Link) error {
 
 // SetISER is configfs.FS.SetISER; the model marks the portal changed.
 func (m *Model) SetISER(portalID string, on bool) error {
-	// Written without the model's lock: the daemon writes iser=1 on the
-	// sharers of a portal in parallel (each waits for the modprobe the
-	// kernel spawns). The kernel queues the write's IN_MODIFY inside the
-	// write, so a read after it sees the change either way.
-	err := m.fs.SetISER(portalID, on)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	err := m.fs.SetISER(portalID, on)
 	if iqn, tpg, np, perr := configfs.ParsePortalID(portalID); perr == nil {
 		m.touchAttr(filepath.Join(m.root, "target", "iscsi", iqn, tpg, "np", np, "iser"))
 	}
