@@ -597,7 +597,9 @@ func timeless(pl Planned, obs Observed, mem Memory) bool {
 	// A dead or stranded endpoint is timeless only while its heal is held
 	// by something the clock does not end (Held: e.g. its address on no
 	// netdev, a device gone for good): the give-up timer and the graces
-	// run from DeadSince, which Learn keeps as it is.
+	// run from DeadSince, which Learn keeps as it is. mem is what Learn
+	// made of this plan, so it holds a dead-since for each of them; one
+	// more is one Learn would keep for an endpoint no longer planned.
 	held := 0
 	for _, es := range pl.Endpoints {
 		switch es.State {
@@ -612,16 +614,7 @@ func timeless(pl Planned, obs Observed, mem Memory) bool {
 		}
 	}
 	if len(mem.DeadSince) != held {
-		return false // Learn would forget some (or they are not those)
-	}
-	if held > 0 {
-		for _, es := range pl.Endpoints {
-			if es.Held {
-				if _, ok := mem.DeadSince[es.Endpoint]; !ok {
-					return false // Learn would set it
-				}
-			}
-		}
+		return false
 	}
 	for _, it := range pl.Items {
 		if !it.RetryAt.IsZero() {
