@@ -782,9 +782,22 @@ func (e *Engine) report(outcomes []Outcome, items []Item) {
 			retry[o.Endpoint] = t
 		}
 	}
+	acted := map[Endpoint]bool{}
+	for _, o := range outcomes {
+		acted[o.Endpoint] = true
+	}
+	now := e.opt.Now()
 	for i := range items {
-		if t, ok := retry[items[i].Endpoint]; ok && items[i].Expected {
-			items[i].RetryAt = t
+		it := &items[i]
+		if t, ok := retry[it.Endpoint]; ok && it.Expected {
+			it.RetryAt = t
+		}
+		// A heal the round's last plan (the verification's) found due
+		// but the round did not run — its backoff ran out, or its device
+		// came back, while the round acted on others: the next round is
+		// now, not at the resync.
+		if it.Action != ActNone && it.Action != ActDropJournal && it.RetryAt.IsZero() && !acted[it.Endpoint] && !e.opt.DryRun {
+			it.RetryAt = now
 		}
 	}
 	mem := e.mem

@@ -784,3 +784,52 @@ func TestOneCMIDDumpPerObservation(t *testing.T) {
 		t.Errorf("after a reconcile with 3 rebinds: %d cm_id dumps in all, want 3 (1 + plan + verify)", n)
 	}
 }
+
+// A heal whose backoff runs out while the round acts on another endpoint
+// is due in the verification's plan, which nothing executes: the round
+// must ask for the next one now, not leave it to the resync (found in the
+// VM: 20 rxe flaps, the LIO portal healed only 30 s after the last).
+func TestHealDueDuringTheRoundIsRetriedNow(t *testing.T) {
+	w := newWorld(t)
+	e := w.engine()
+	w.reconcile(e)
+	w.reset()
+	// Round 1: the port heals, the portal's iser=1 is refused: backoff.
+	refuse := true
+	w.k.Fault = func(n int, wr configfstest.Write) error {
+		if refuse && wr.Op == "write" && strings.HasSuffix(wr.Path, "/iser") && wr.Value == "1" {
+			return &configfsErr{}
+		}
+		return nil
+	}
+	items := w.reconcile(e)
+	if it := item(items, portal); it.RetryAt.IsZero() {
+		t.Fatalf("round 1: the refused portal has no retry: %+v", it)
+	}
+	refuse = false
+	// Round 2, inside the portal's backoff: the device resets again, so the
+	// port heals again; while it does, the portal's backoff runs out.
+	w.reset()
+	w.k.Fault = func(n int, wr configfstest.Write) error {
+		if wr.Op == "symlink" {
+			w.clk.advance(time.Second)
+		}
+		return nil
+	}
+	items = w.reconcile(e)
+	w.k.Fault = nil
+	if !w.k.Listening("nvmet_rdma", "1") {
+		t.Fatal("round 2: port 1 not healed")
+	}
+	it := item(items, portal)
+	if it.Action == rebind.ActNone {
+		t.Fatalf("round 2: the portal is not due in the round's last plan (the test no longer builds its case): %+v", it)
+	}
+	if it.RetryAt.IsZero() || it.RetryAt.After(w.clk.now()) {
+		t.Fatalf("round 2: the portal's heal is due but its retry is %v (now %v): nothing would run it before the resync", it.RetryAt, w.clk.now())
+	}
+	w.reconcile(e)
+	if !w.k.Listening("ib_isert", portal) {
+		t.Error("the portal is not healed by the round its retry asked for")
+	}
+}

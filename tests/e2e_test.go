@@ -62,7 +62,8 @@ func runKernel(t *testing.T, series string, scenarios []string) {
 	if res.TimedOut {
 		why = fmt.Sprintf("the VM was killed after the %v timeout", timeout)
 	}
-	failed := reportResults(t, ev, scenarios, why)
+	bad := reportResults(t, ev, scenarios, why)
+	failed := len(bad) > 0
 	if !ev.Done && !res.TimedOut {
 		failed = true
 		t.Errorf("the VM ended without E2E DONE (qemu: %v)", res.ExitErr)
@@ -75,13 +76,18 @@ func runKernel(t *testing.T, series string, scenarios []string) {
 		p := saveConsole(t, img.kernel.Series+"-console.log", res.Console)
 		t.Logf("console log: %s; its tail:\n%s", p, tail(res.Console, 40))
 	}
+	// Repeated last, so that a log cut in its middle (CI keeps its head and
+	// its tail) still shows why each scenario failed and its state dump.
+	for _, name := range bad {
+		t.Logf("failed on %s: %s, its last lines:\n%s", img.kernel.Release, name, scenarioLog(ev, name, 120))
+	}
 }
 
 // reportResults makes a subtest of each named scenario (or check) with its
 // metrics, warnings and result; noResult says why one that never reported
-// is missing. It returns whether any failed.
-func reportResults(t *testing.T, ev vm.Events, names []string, noResult string) bool {
-	failed := false
+// is missing. It returns the names of those that failed.
+func reportResults(t *testing.T, ev vm.Events, names []string, noResult string) []string {
+	var failed []string
 	for _, name := range names {
 		r, ok := ev.Results[name]
 		t.Run(name, func(t *testing.T) {
@@ -93,14 +99,14 @@ func reportResults(t *testing.T, ev vm.Events, names []string, noResult string) 
 			}
 			switch {
 			case !ok:
-				failed = true
+				failed = append(failed, name)
 				t.Errorf("no result: %s\n%s", noResult, scenarioLog(ev, name, 60))
 			case r.Status == "PASS":
 				t.Logf("PASS %s", r.Detail)
 			case r.Status == "SKIP":
 				t.Skip(r.Detail)
 			default:
-				failed = true
+				failed = append(failed, name)
 				t.Errorf("FAIL %s\n%s", r.Detail, scenarioLog(ev, name, 80))
 			}
 		})

@@ -168,7 +168,7 @@ func bootSystemd(t *testing.T, k *vm.Kernel, initrd, disk, name string, appendAr
 	}
 	ev := res.Events
 	t.Logf("%s %s: wall time %v (done=%v rc=%d timed out=%v)", k.Release, name, res.Elapsed.Round(time.Second), ev.Done, ev.RC, res.TimedOut)
-	failed := reportResults(t, ev, checks, "the VM ended or the check was not reached")
+	failed := len(reportResults(t, ev, checks, "the VM ended or the check was not reached")) > 0
 	if !ev.Done {
 		failed = true
 		t.Errorf("the VM ended without E2E DONE (timed out=%v, qemu: %v)", res.TimedOut, res.ExitErr)

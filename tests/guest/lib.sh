@@ -70,10 +70,24 @@ dump_state() {
 		[ -d "$np" ] || continue
 		echo "    $np iser=$(cat "$np/iser" 2>/dev/null)"
 	done
+	if daemon_alive; then
+		echo "  # nvmet-rebind status"
+		timeout 10 "$DAEMON" --config "$W/config.toml" --state-dir "$W/state" --run-dir "$W/run" status 2>&1 | head -n 30 | sed 's/^/    /'
+	fi
 	if [ -f "$W/daemon.log" ]; then
 		echo "  # daemon log (last 40 lines)"
 		tail -n 40 "$W/daemon.log" | sed 's/^/    /'
 	fi
+	echo "  # user processes (state, wchan, kernel stack of the blocked ones)"
+	for _d in /proc/[0-9]*; do
+		_cmd=$(tr '\0' ' ' <"$_d/cmdline" 2>/dev/null)
+		[ -n "$_cmd" ] || continue
+		_st=$(sed -n 's/^State:[[:space:]]*//p' "$_d/status" 2>/dev/null)
+		echo "    ${_d#/proc/} [$_st] wchan=$(cat "$_d/wchan" 2>/dev/null) $_cmd" | cut -c1-200
+		case $_st in
+		D*) sed 's/^/        /' "$_d/stack" 2>/dev/null ;;
+		esac
+	done
 	echo "  # dmesg (last 25 lines)"
 	dmesg | tail -n 25 | sed 's/^/    /'
 	echo "  ---- end of state ----"

@@ -18,13 +18,18 @@ th0=$(threads)
 t0=$(now)
 i=1
 while [ $i -le $FLAPS ]; do
+	tf=$(now)
 	rdma_del rxe0 || fail "flap $i: rdma link delete"
 	rxe_add rxe0 veth0 || fail "flap $i: rdma link add"
+	# A flap is a few ms; say which one was slow (a hang shows as the last line).
+	[ $(( ($(now) - tf) / 1000 )) -lt 2000 ] || log "flap $i took $(( ($(now) - tf) / 1000 )) ms"
 	i=$((i + 1))
 done
 tadd=$(now)
+log "$FLAPS flaps done; waiting for the listeners"
 ms=$(wait_listen nvmet_rdma $A 4420 30 "$tadd") || fail "port not listening 30 s after the last of $FLAPS flaps"
 ms2=$(wait_listen ib_isert $A 3260 30 "$tadd") || fail "portal not listening 30 s after the last of $FLAPS flaps"
+log "listening: nvmet ${ms} ms, LIO ${ms2} ms after the last add"
 nvmet_linked 1 $NQN || fail "link missing after flapping"
 [ "$(lio_iser $IQN $A 3260)" = 1 ] || fail "iser not 1 after flapping"
 discover $A 4420 $NQN || fail "discover fails after flapping"
