@@ -24,6 +24,7 @@ const (
 	envKernels   = "NVMET_REBIND_E2E_KERNELS"   // "6.1 6.12" (default)
 	envScenarios = "NVMET_REBIND_E2E_SCENARIOS" // regexp on scenario names
 	envBench     = "NVMET_REBIND_E2E_BENCH"     // N resets for the bench scenario (0: off)
+	envRepeat    = "NVMET_REBIND_E2E_REPEAT"    // run the selection N times in one boot (rare failures)
 	envTimeout   = "NVMET_REBIND_E2E_TIMEOUT"   // hard limit per boot (Go duration)
 	envVerbose   = "NVMET_REBIND_E2E_VERBOSE"   // "1": echo the console while it runs
 	envSiw       = "NVMET_REBIND_E2E_SIW"       // "0": do not build siw.ko
@@ -172,6 +173,21 @@ func selectScenarios(t *testing.T, all []string) []string {
 			continue
 		}
 		out = append(out, n)
+	}
+	// Repetitions run as name@2 … name@N, each with its own work dir and
+	// result, in rounds: the selection in order, N times.
+	r := 1
+	if s := os.Getenv(envRepeat); s != "" {
+		var err error
+		if r, err = strconv.Atoi(s); err != nil || r < 1 {
+			t.Fatalf("%s=%q: want a count ≥ 1", envRepeat, s)
+		}
+	}
+	once := out
+	for i := 2; i <= r; i++ {
+		for _, n := range once {
+			out = append(out, fmt.Sprintf("%s@%d", n, i))
+		}
 	}
 	return out
 }

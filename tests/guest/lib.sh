@@ -323,7 +323,8 @@ daemon_alive() { [ -n "$DAEMON_PID" ] && kill -0 "$DAEMON_PID" 2>/dev/null; }
 run_scenario() {
 	_name=$1
 	_f=
-	for _c in /e2e/scenarios/[0-9][0-9]-"$_name".sh; do [ -f "$_c" ] && _f=$_c; done
+	# name@N is the Nth run of name (NVMET_REBIND_E2E_REPEAT).
+	for _c in /e2e/scenarios/[0-9][0-9]-"${_name%@*}".sh; do [ -f "$_c" ] && _f=$_c; done
 	echo "E2E BEGIN $_name"
 	if [ -z "$_f" ]; then
 		echo "E2E RESULT $_name FAIL no such scenario script"
