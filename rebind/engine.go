@@ -769,7 +769,9 @@ func (e *Engine) verify(done []pending, pl Planned, planErr error) []Outcome {
 func (e *Engine) report(outcomes []Outcome, items []Item) {
 	e.mu.Lock()
 	retry := map[Endpoint]time.Time{}
+	acted := map[Endpoint]bool{}
 	for _, o := range outcomes {
+		acted[o.Endpoint] = true
 		res := Result{Action: o.Action, At: o.At, Err: o.Err, Latency: o.Latency}
 		for _, k := range o.Keys {
 			e.results[k] = res
@@ -781,10 +783,6 @@ func (e *Engine) report(outcomes []Outcome, items []Item) {
 		if t, ok := e.mem.NextTry[o.Endpoint]; ok {
 			retry[o.Endpoint] = t
 		}
-	}
-	acted := map[Endpoint]bool{}
-	for _, o := range outcomes {
-		acted[o.Endpoint] = true
 	}
 	now := e.opt.Now()
 	for i := range items {

@@ -591,6 +591,10 @@ func TestDryRunWritesNothing(t *testing.T) {
 	if item(items, "1").Action != rebind.ActRebindPort {
 		t.Errorf("dry run plan: %+v", item(items, "1"))
 	}
+	// A dry run never runs its heals: asking for a retry would spin Run.
+	if at := item(items, "1").RetryAt; !at.IsZero() {
+		t.Errorf("dry run asks for a retry at %v", at)
+	}
 }
 
 // Crash at every write point of a rebind; a fresh engine on the same state
