@@ -548,6 +548,7 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 		outcomes = e.verify(done, pl2, err)
 		if err == nil {
 			pl, obs = pl2, obs2
+			retryDueNow(pl.Items, done, obs.Now)
 		} else {
 			pl = full()
 		}
@@ -556,6 +557,24 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 	}
 	e.report(outcomes, pl.Items)
 	return pl.Items, nil
+}
+
+// retryDueNow asks for the next round now for each heal that the
+// verification's plan finds due but this round did not run: its backoff
+// ran out, or its device came back, while the round acted on others.
+// Nothing executes that plan, so without a retry time it would wait for
+// the resync.
+func retryDueNow(items []Item, ran []pending, now time.Time) {
+	done := make(map[Endpoint]bool, len(ran))
+	for _, p := range ran {
+		done[p.heal.Endpoint] = true
+	}
+	for i := range items {
+		it := &items[i]
+		if it.Action != ActNone && it.Action != ActDropJournal && it.RetryAt.IsZero() && !done[it.Endpoint] {
+			it.RetryAt = now
+		}
+	}
 }
 
 // learn updates the memory through Learn and persists changed pins.
@@ -769,9 +788,7 @@ func (e *Engine) verify(done []pending, pl Planned, planErr error) []Outcome {
 func (e *Engine) report(outcomes []Outcome, items []Item) {
 	e.mu.Lock()
 	retry := map[Endpoint]time.Time{}
-	acted := map[Endpoint]bool{}
 	for _, o := range outcomes {
-		acted[o.Endpoint] = true
 		res := Result{Action: o.Action, At: o.At, Err: o.Err, Latency: o.Latency}
 		for _, k := range o.Keys {
 			e.results[k] = res
@@ -784,18 +801,9 @@ func (e *Engine) report(outcomes []Outcome, items []Item) {
 			retry[o.Endpoint] = t
 		}
 	}
-	now := e.opt.Now()
 	for i := range items {
-		it := &items[i]
-		if t, ok := retry[it.Endpoint]; ok && it.Expected {
-			it.RetryAt = t
-		}
-		// A heal the round's last plan (the verification's) found due
-		// but the round did not run — its backoff ran out, or its device
-		// came back, while the round acted on others: the next round is
-		// now, not at the resync.
-		if it.Action != ActNone && it.Action != ActDropJournal && it.RetryAt.IsZero() && !acted[it.Endpoint] && !e.opt.DryRun {
-			it.RetryAt = now
+		if t, ok := retry[items[i].Endpoint]; ok && items[i].Expected {
+			items[i].RetryAt = t
 		}
 	}
 	mem := e.mem
