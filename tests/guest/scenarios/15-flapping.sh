@@ -22,7 +22,8 @@ while [ $i -le $FLAPS ]; do
 	rdma_del rxe0 || fail "flap $i: rdma link delete"
 	rxe_add rxe0 veth0 || fail "flap $i: rdma link add"
 	# A flap is a few ms; say which one was slow (a hang shows as the last line).
-	[ $(( ($(now) - tf) / 1000 )) -lt 2000 ] || log "flap $i took $(( ($(now) - tf) / 1000 )) ms"
+	tf=$(( ($(now) - tf) / 1000 ))
+	[ $tf -lt 2000 ] || log "flap $i took $tf ms"
 	i=$((i + 1))
 done
 tadd=$(now)
