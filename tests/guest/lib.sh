@@ -132,6 +132,19 @@ siw_add() { rdma link add "$1" type siw netdev "$2"; }
 # rdev_add TYPE NAME NETDEV
 rdev_add() { rdma link add "$2" type "$1" netdev "$3"; }
 rdma_del() { rdma link delete "$1"; }
+# flap_rxe N: rxe0 (on veth0) deleted and re-added N times back to back; a
+# slow flap is logged (a hang shows as the scenario's last line).
+flap_rxe() {
+	_i=1
+	while [ $_i -le "$1" ]; do
+		_tf=$(now)
+		rdma_del rxe0 || fail "flap $_i: rdma link delete"
+		rxe_add rxe0 veth0 || fail "flap $_i: rdma link add"
+		_tf=$(( ($(now) - _tf) / 1000 ))
+		[ $_tf -lt 2000 ] || log "flap $_i took $_tf ms"
+		_i=$((_i + 1))
+	done
+}
 
 # ---- nvmet --------------------------------------------------------------------
 

@@ -16,16 +16,7 @@ threads() { ls /proc/$DAEMON_PID/task | wc -l; }
 fd0=$(fds)
 th0=$(threads)
 t0=$(now)
-i=1
-while [ $i -le $FLAPS ]; do
-	tf=$(now)
-	rdma_del rxe0 || fail "flap $i: rdma link delete"
-	rxe_add rxe0 veth0 || fail "flap $i: rdma link add"
-	# A flap is a few ms; say which one was slow (a hang shows as the last line).
-	tf=$(( ($(now) - tf) / 1000 ))
-	[ $tf -lt 2000 ] || log "flap $i took $tf ms"
-	i=$((i + 1))
-done
+flap_rxe $FLAPS
 tadd=$(now)
 log "$FLAPS flaps done; waiting for the listeners"
 ms=$(wait_listen nvmet_rdma $A 4420 30 "$tadd") || fail "port not listening 30 s after the last of $FLAPS flaps"

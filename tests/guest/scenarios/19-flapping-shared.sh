@@ -52,15 +52,7 @@ done
 write_config
 daemon_start || fail "daemon did not start"
 t0=$(now)
-i=1
-while [ $i -le $FLAPS ]; do
-	tf=$(now)
-	rdma_del rxe0 || fail "flap $i: rdma link delete"
-	rxe_add rxe0 veth0 || fail "flap $i: rdma link add"
-	tf=$(( ($(now) - tf) / 1000 ))
-	[ $tf -lt 2000 ] || log "flap $i took $tf ms"
-	i=$((i + 1))
-done
+flap_rxe $FLAPS
 tadd=$(now)
 log "$FLAPS flaps done; waiting for 8 ports and 2 shared portals"
 worst=0
