@@ -58,7 +58,6 @@ func benchEngine(b *testing.B, k *fakeKernel) *rebind.Engine {
 // BenchmarkObservePlan: one full observe + plan of n ports and n portals,
 // all healthy (what every resync costs).
 func BenchmarkObservePlan(b *testing.B) {
-	defer rebind.WithoutActionableCheck()() // the check plans every object before the first write
 	for _, n := range []int{256, 1024, 4096} {
 		b.Run(fmt.Sprintf("ports=%d+portals=%d", n, n), func(b *testing.B) {
 			k := bigWorld(b, n)
@@ -78,7 +77,6 @@ func BenchmarkObservePlan(b *testing.B) {
 // BenchmarkObservePlanModel: the same through the inotify model of
 // configfs (the daemon's event path: nothing changed in configfs).
 func BenchmarkObservePlanModel(b *testing.B) {
-	defer rebind.WithoutActionableCheck()() // the check plans every object before the first write
 	for _, n := range []int{256, 1024, 4096} {
 		b.Run(fmt.Sprintf("ports=%d+portals=%d", n, n), func(b *testing.B) {
 			k := bigWorld(b, n)
@@ -107,7 +105,6 @@ func BenchmarkObservePlanModel(b *testing.B) {
 // BenchmarkReconcileOnePercentDead: a full reconcile where 1% of the
 // listeners (ports and portals) are dead and get rebound.
 func BenchmarkReconcileOnePercentDead(b *testing.B) {
-	defer rebind.WithoutActionableCheck()() // the check plans every object before the first write
 	for _, n := range []int{256, 1024, 4096} {
 		b.Run(fmt.Sprintf("ports=%d+portals=%d", n, n), func(b *testing.B) {
 			k := bigWorld(b, n)
@@ -138,7 +135,6 @@ func ipOf(i int) string { return fmt.Sprintf("10.%d.%d.%d", i/62500, i/250%250, 
 // layout); the device resets and one reconcile heals the shared listener
 // (journal n entries, n zeros, n ones, verify once). ns/op is that round.
 func BenchmarkSharedPortalHeal(b *testing.B) {
-	defer rebind.WithoutActionableCheck()() // the check plans every object before the first write
 	for _, n := range []int{256, 1024} {
 		b.Run(fmt.Sprintf("sharers=%d", n), func(b *testing.B) {
 			k, ids, _ := sharedWorld(b, n)

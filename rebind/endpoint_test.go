@@ -101,21 +101,23 @@ func TestPlanEndpoints(t *testing.T) {
 		return rebind.Intent{Kind: k.Kind, ID: k.ID, Address: "192.0.2.1:3260", ISER: true}
 	}
 	key := func(id string) rebind.Key { return rebind.Key{Kind: rebind.KindLIO, ID: id} }
-	iser := func(id string, on bool) rebind.Step { return rebind.Step{Op: rebind.OpSetISER, Key: key(id), On: on} }
+	iser := func(id string, on bool) rebind.Step {
+		return rebind.Step{Op: rebind.OpSetISER, Key: key(id), On: on, Pre: rebind.Pre{Check: rebind.CheckISER, ISER: !on}}
+	}
 	put := func(id string) rebind.Step {
-		in := journal(key(id))
-		in.Started = now
-		return rebind.Step{Op: rebind.OpJournalPut, Key: key(id), Intent: in}
+		return rebind.Step{Op: rebind.OpJournalPut, Key: key(id), Intent: journal(key(id)), Pre: rebind.Pre{Check: rebind.CheckISER, ISER: true}}
 	}
 	del := func(id string) rebind.Step { return rebind.Step{Op: rebind.OpJournalDelete, Key: key(id)} }
 	nkey := rebind.Key{Kind: rebind.KindNvmet, ID: "1"}
+	unlinkPre, linkPre := rebind.Pre{Check: rebind.CheckLinkPresent}, rebind.Pre{Check: rebind.CheckLinkable}
 	// The rebind of port 1 (links a, b): journal, unlink both, relink in order.
 	rebindPort1 := []rebind.Step{
-		{Op: rebind.OpJournalPut, Key: nkey, Intent: rebind.Intent{Kind: rebind.KindNvmet, ID: "1", Address: "192.0.2.1:4420", Links: []configfs.Link{lA, lB}, Started: now}, LinksAre: []configfs.Link{lA, lB}},
-		{Op: rebind.OpUnlink, Key: nkey, Link: lA},
-		{Op: rebind.OpUnlink, Key: nkey, Link: lB},
-		{Op: rebind.OpLink, Key: nkey, Link: lA},
-		{Op: rebind.OpLink, Key: nkey, Link: lB},
+		{Op: rebind.OpJournalPut, Key: nkey, Intent: rebind.Intent{Kind: rebind.KindNvmet, ID: "1", Address: "192.0.2.1:4420", Links: []configfs.Link{lA, lB}},
+			Pre: rebind.Pre{Check: rebind.CheckLinksAre, Links: []configfs.Link{lA, lB}}},
+		{Op: rebind.OpUnlink, Key: nkey, Link: lA, Pre: unlinkPre},
+		{Op: rebind.OpUnlink, Key: nkey, Link: lB, Pre: unlinkPre},
+		{Op: rebind.OpLink, Key: nkey, Link: lA, Pre: linkPre},
+		{Op: rebind.OpLink, Key: nkey, Link: lB, Pre: linkPre},
 		{Op: rebind.OpJournalDelete, Key: nkey},
 	}
 
@@ -259,7 +261,7 @@ func TestPlanEndpoints(t *testing.T) {
 				o.BootUntil = now.Add(time.Minute)
 			},
 			heals: []rebind.Heal{{Endpoint: epN, Action: rebind.ActCompleteBoot, Reason: "1 link(s) declared in /etc/nvmet/config.json missing (refused at boot?)", Keys: []rebind.Key{nkey},
-				Steps: []rebind.Step{{Op: rebind.OpLink, Key: nkey, Link: lA}}}},
+				Steps: []rebind.Step{{Op: rebind.OpLink, Key: nkey, Link: lA, Pre: linkPre}}}},
 			state: map[string]rebind.State{"1": rebind.StateDead},
 		},
 		{
@@ -563,7 +565,7 @@ func TestStrandedListenerIsRebound(t *testing.T) {
 			k.ResetLog()
 			items, err := e.Reconcile(context.Background())
 			must(t, err)
-			if it := item(items, "1"); it.State != rebind.StateStranded || it.Device != "rxe0" || it.Carrier != "rxe1" || *it.Listening {
+			if it := item(items, "1"); it.State != rebind.StateStranded || it.Device != "rxe0" || it.Carrier != "rxe1" || *it.Listening() {
 				t.Fatalf("port 1 after the move: %+v", it)
 			}
 			if len(k.Log()) != 0 {

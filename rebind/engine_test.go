@@ -163,7 +163,7 @@ func TestResetHeals(t *testing.T) {
 		t.Errorf("link order (-want +got):\n%s", diff)
 	}
 	for _, id := range []string{"1", portal} {
-		if it := item(items, id); it.Reason != "listening" || it.Listening == nil || !*it.Listening {
+		if it := item(items, id); it.Reason != "listening" || it.Listening() == nil || !*it.Listening() {
 			t.Errorf("%s after heal: %+v", id, it)
 		}
 	}
@@ -548,7 +548,7 @@ func TestUnknownListenersNoWrites(t *testing.T) {
 	if log := w.k.LogStrings(); len(log) != 0 {
 		t.Fatalf("writes with listeners unknown: %q", log)
 	}
-	if it := item(items, "1"); it.Listening != nil || !strings.Contains(it.Reason, "unknown") {
+	if it := item(items, "1"); it.Listening() != nil || !strings.Contains(it.Reason, "unknown") {
 		t.Errorf("port 1: %+v", it)
 	}
 	// The same error again (a host without RDMA netlink): the same
@@ -829,8 +829,8 @@ func TestHealDueDuringTheRoundIsRetriedNow(t *testing.T) {
 	if it.Action == rebind.ActNone {
 		t.Fatalf("round 2: the portal is not due in the round's last plan (the test no longer builds its case): %+v", it)
 	}
-	if it.RetryAt.IsZero() || it.RetryAt.After(w.clk.now()) {
-		t.Fatalf("round 2: the portal's heal is due but its retry is %v (now %v): nothing would run it before the resync", it.RetryAt, w.clk.now())
+	if next := e.Snapshot().Next; next.IsZero() || next.After(w.clk.now()) {
+		t.Fatalf("round 2: the portal's heal is due but the round's next look is %v (now %v): nothing would run it before the resync", next, w.clk.now())
 	}
 	w.reconcile(e)
 	if !w.k.Listening("ib_isert", portal) {

@@ -23,7 +23,6 @@ import (
 // reads all of configfs at every observation (run --no-watch); tree=model
 // reads it through the inotify model (configfs/watch), as the daemon does.
 func BenchmarkEventToFirstWrite(b *testing.B) {
-	defer rebind.WithoutActionableCheck()() // the check plans every object before the first write
 	for _, tree := range []string{"full", "model"} {
 		for _, n := range []int{256, 1024, 4096} {
 			b.Run(fmt.Sprintf("tree=%s/%d", tree, n), func(b *testing.B) {
@@ -150,7 +149,6 @@ func eventToFirstWrite(b *testing.B, k *fakeKernel, tree rebind.Tree) {
 // pokes at once (a uevent/rtnetlink storm); writes/burst shows the
 // coalescing, p50/p99 the time from the first poke to the first write.
 func BenchmarkEventBurst(b *testing.B) {
-	defer rebind.WithoutActionableCheck()() // the check plans every object before the first write
 	for _, burst := range []int{1, 100} {
 		b.Run(map[int]string{1: "single", 100: "burst=100"}[burst], func(b *testing.B) {
 			k := newFakeKernel(b)

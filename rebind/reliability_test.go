@@ -513,7 +513,7 @@ func TestFlapping(t *testing.T) {
 	c.idle(t)
 	st := e.Snapshot().Stats
 	t.Logf("100 flaps: %d reconciles, rebinds %v, %d writes", st.Reconciles, st.Rebinds, len(w.k.Log()))
-	if diff := cmp.Diff(map[string]uint64{"ok": 200}, st.Rebinds); diff != "" {
+	if diff := cmp.Diff([5]uint64{rebind.ResultOK: 200}, st.Rebinds); diff != "" {
 		t.Errorf("rebinds by result (-want +got):\n%s", diff)
 	}
 	if c.rebinds != 200 {

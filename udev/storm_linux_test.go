@@ -328,7 +328,7 @@ func TestUeventStormHealsReset(t *testing.T) {
 	if st.Reconciles*10 > stormSize {
 		t.Errorf("%d reconciles for a burst of %d events: pokes are not coalesced", st.Reconciles, stormSize)
 	}
-	if st.Rebinds["ok"] < 2 {
+	if st.Rebinds[rebind.ResultOK] < 2 {
 		t.Errorf("rebinds %v: want the port and the portal rebound", st.Rebinds)
 	}
 	if m, bad := j.Load(); len(m) != 0 || len(bad) != 0 {

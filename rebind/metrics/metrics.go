@@ -76,22 +76,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		k := string(it.Kind)
 		counts[[2]string{k, "managed"}]++
-		if !it.Expected {
+		h := it.Health()
+		if h == rebind.HealthNone {
 			continue
 		}
 		if it.GaveUp {
 			givenUp[k]++
 		}
-		switch {
-		case it.Listening == nil:
-			counts[[2]string{k, "unknown"}]++
-		case *it.Listening:
-			counts[[2]string{k, "alive"}]++
-		case it.State == rebind.StateStranded:
-			counts[[2]string{k, "stranded"}]++
-		default:
-			counts[[2]string{k, "dead"}]++
-		}
+		counts[[2]string{k, h.String()}]++
 	}
 	for key, v := range counts {
 		ch <- prometheus.MustNewConstMetric(c.listeners, prometheus.GaugeValue, v, key[0], key[1])
@@ -99,8 +91,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for k, v := range givenUp {
 		ch <- prometheus.MustNewConstMetric(c.givenUp, prometheus.GaugeValue, v, k)
 	}
-	for _, r := range []string{"ok", "refused", "unverified", "error"} {
-		ch <- prometheus.MustNewConstMetric(c.rebinds, prometheus.CounterValue, float64(snap.Stats.Rebinds[r]), r)
+	for _, r := range rebind.Results {
+		ch <- prometheus.MustNewConstMetric(c.rebinds, prometheus.CounterValue, float64(snap.Stats.Rebinds[r]), r.String())
 	}
 	ch <- prometheus.MustNewConstMetric(c.latency, prometheus.GaugeValue, snap.Stats.LastLatency.Seconds())
 	ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(snap.Stats.PendingRetries))

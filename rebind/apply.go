@@ -1,0 +1,302 @@
+package rebind
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"slices"
+	"syscall"
+	"time"
+)
+
+// ErrCrashed is returned when a test fault point stopped a rebind the way a
+// crash would: no further write, no cleanup.
+var ErrCrashed = errors.New("stopped at a fault point")
+
+// apply is the only code that writes configfs and the journal. It executes
+// the heals in order, each step after its precondition (Step.Pre, checked
+// by pass) and decides nothing: what to write is the plan's. Journal
+// entries are written in two batches: the first heal's alone (its first
+// write waits for nothing else), then those of every other heal at once
+// (one directory sync, not one per endpoint); the journal entries of the
+// heals done are removed in one batch at the end. It returns the heals
+// written, for verification; an error only for ctx or a fault point.
+func (e *Engine) apply(ctx context.Context, heals []Heal) ([]pending, error) {
+	pre := map[int]putResult{}
+	journaled := 0 // heals [0, journaled) are journaled
+	var done []pending
+	var deletes []Key
+	var dropped []Heal
+	for i, h := range heals {
+		if err := ctx.Err(); err != nil {
+			return done, err
+		}
+		if i >= journaled {
+			end := len(heals)
+			if i == 0 {
+				end = 1
+			}
+			if err := e.journalBatch(heals[i:end], i, pre); err != nil {
+				return done, err
+			}
+			journaled = end
+		}
+		p := pending{heal: h, start: e.opt.Now(), wall: time.Now()}
+		var del []Key
+		del, p.err = e.execute(h, pre[i])
+		if errors.Is(p.err, ErrCrashed) {
+			return done, p.err
+		}
+		deletes = append(deletes, del...)
+		if h.Action == ActDropJournal {
+			dropped = append(dropped, h)
+			continue
+		}
+		done = append(done, p)
+	}
+	if len(deletes) > 0 {
+		t := time.Now()
+		err := e.opt.Store.DeleteAll(deletes)
+		e.stats.JournalTime += time.Since(t)
+		if err != nil {
+			e.log.Warn("journal entries not removed; the next round finds their work done", "keys", keysString(deletes), "err", err)
+		}
+		for _, h := range dropped {
+			if err != nil {
+				e.log.Warn("journal entry not dropped", "keys", fmt.Sprint(h.Keys), "err", err)
+			} else {
+				e.log.Info("journal entry dropped", "listener", keysString(h.Keys), "reason", h.Reason)
+			}
+		}
+	}
+	return done, nil
+}
+
+// pending is a heal written and waiting for verification.
+type pending struct {
+	heal  Heal
+	start time.Time // engine clock
+	wall  time.Time // for the latency
+	err   error
+}
+
+// putResult is what the round's journal batch did for one heal.
+type putResult struct {
+	put  []Key        // journaled by this round, in this heal's order
+	skip map[Key]bool // objects the admin removed or set to 0 before the batch
+	err  error        // a precondition that stops the heal (or the batch failed)
+	// first: the heal is the first of its batch, so nothing was written
+	// between its preconditions and its first write (no re-check).
+	first bool
+}
+
+// journalBatch writes the journal entries of heals (the round's heals
+// from index first) in one batch, each after its precondition (a failed
+// one stops that heal, or skips that object). It records what it did in
+// out by the round's heal index; an error only for a fault point.
+func (e *Engine) journalBatch(heals []Heal, first int, out map[int]putResult) error {
+	var ins []Intent
+	var from []int
+	for n, h := range heals {
+		i := first + n
+		r := putResult{skip: map[Key]bool{}, first: n == 0}
+		var mine []Intent
+		for _, s := range h.Steps {
+			if s.Op != OpJournalPut {
+				continue
+			}
+			ok, err := e.pass(s)
+			if err != nil {
+				r.err, mine = err, nil
+				break
+			}
+			if ok != passWrite {
+				r.skip[s.Key] = true
+				continue
+			}
+			in := s.Intent
+			in.Started = e.opt.Now()
+			mine = append(mine, in)
+		}
+		for _, in := range mine {
+			r.put = append(r.put, Key{in.Kind, in.ID})
+			ins = append(ins, in)
+			from = append(from, i)
+		}
+		out[i] = r
+	}
+	if len(ins) == 0 {
+		return nil
+	}
+	t := time.Now()
+	err := e.opt.Store.PutAll(ins)
+	e.stats.JournalTime += time.Since(t)
+	if err != nil {
+		for _, i := range from {
+			r := out[i]
+			r.put, r.err = nil, err
+			out[i] = r
+		}
+		return nil
+	}
+	if e.fault("after-journal") {
+		return ErrCrashed
+	}
+	return nil
+}
+
+// passing is what a precondition says of its step now.
+type passing int
+
+const (
+	passWrite passing = iota // it holds: write
+	passDone                 // the write is done already: go on
+	passSkip                 // the object is not to be touched (gone, or changed by the admin)
+)
+
+// pass checks the precondition of s against configfs now; an error stops
+// the heal. Link checks are made by the kernel in the write itself.
+func (e *Engine) pass(s Step) (passing, error) {
+	switch s.Pre.Check {
+	case CheckLinksAre:
+		links, err := e.opt.Tree.Links(s.Key.ID)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return passSkip, nil
+		case err != nil:
+			return passSkip, fmt.Errorf("%s: re-read: %w", s.Key, err)
+		case !slices.Equal(links, s.Pre.Links):
+			return passSkip, fmt.Errorf("%s: its links changed since the plan; planning again", s.Key)
+		}
+	case CheckISER:
+		p, err := e.opt.Tree.Portal(s.Key.ID)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return passSkip, nil
+		case err != nil:
+			return passSkip, fmt.Errorf("%s: re-read: %w", s.Key, err)
+		case p.ISER != s.Pre.ISER && s.Pre.ISER:
+			return passSkip, nil // the admin set iser=0 meanwhile
+		case p.ISER != s.Pre.ISER:
+			return passDone, nil // iser already reads 1
+		}
+	}
+	return passWrite, nil
+}
+
+// execute performs one heal's writes in order; its journal entries were
+// written by the round's batch (pre). A write error stops the heal; the
+// journal keeps what is left to do for the next round. It returns the
+// journal entries to remove once the heal is done.
+func (e *Engine) execute(h Heal, pre putResult) ([]Key, error) {
+	if pre.err != nil {
+		return nil, pre.err
+	}
+	skip := maps.Clone(pre.skip)
+	// When earlier heals of the round ran since the batch, the ports
+	// journaled for this one are checked again before the first write (an
+	// admin's change meanwhile stops the heal, and its fresh entries go).
+	for _, s := range h.Steps {
+		if pre.first || s.Op != OpJournalPut || s.Key.Kind != KindNvmet || !slices.Contains(pre.put, s.Key) {
+			continue
+		}
+		ok, err := e.pass(s)
+		if err == nil && ok == passWrite {
+			continue
+		}
+		if derr := e.opt.Store.DeleteAll(pre.put); derr != nil {
+			e.log.Warn("journal entries not removed", "keys", keysString(pre.put), "err", derr)
+		}
+		return nil, err // nil: the admin removed the port, nothing to do
+	}
+	offs := 0
+	for _, s := range h.Steps {
+		if s.Op == OpSetISER && !s.On {
+			offs++
+		}
+	}
+	var deletes []Key
+	var nUnlink, nLink, nOff, nOn int
+	for _, s := range h.Steps {
+		if skip[s.Key] && s.Op != OpJournalDelete {
+			continue
+		}
+		switch s.Op {
+		case OpJournalPut:
+			// Written by the round's batch.
+		case OpJournalDelete:
+			deletes = append(deletes, s.Key)
+		case OpUnlink:
+			if err := e.write(func() error { return e.opt.Tree.Unlink(s.Key.ID, s.Link) }); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return nil, err
+			}
+			if e.fault(fmt.Sprintf("after-unlink-%d", nUnlink)) {
+				return nil, ErrCrashed
+			}
+			nUnlink++
+		case OpLink:
+			err := e.write(func() error { return e.opt.Tree.Relink(s.Key.ID, s.Link) })
+			switch {
+			case err == nil, errors.Is(err, fs.ErrExist):
+			case errors.Is(err, fs.ErrNotExist):
+				e.log.Info("port or subsystem gone, not relinked", "listener", s.Key.String(), "nqn", s.Link.NQN)
+				continue
+			default:
+				return nil, err // refused binds included: the journal keeps the links
+			}
+			if e.fault(fmt.Sprintf("after-relink-%d", nLink)) {
+				return nil, ErrCrashed
+			}
+			nLink++
+		case OpSetISER:
+			ok, err := e.pass(s)
+			if err != nil {
+				return nil, err
+			}
+			if ok == passSkip {
+				skip[s.Key] = true
+				continue
+			}
+			if ok == passDone {
+				continue
+			}
+			if err := e.write(func() error { return e.opt.Tree.SetISER(s.Key.ID, s.On) }); err != nil {
+				return nil, err
+			}
+			if !s.On {
+				nOff++
+				if nOff == 1 && e.fault("after-iser-0") || nOff > 1 && nOff == offs && e.fault("after-all-iser-0") {
+					return nil, ErrCrashed
+				}
+			} else {
+				nOn++
+				if nOn == 1 && e.fault("after-iser-1") {
+					return nil, ErrCrashed
+				}
+			}
+		}
+	}
+	return deletes, nil
+}
+
+// write makes one configfs write, counting it and the time spent in it
+// (the kernel's: each write binds or unbinds a listener).
+func (e *Engine) write(w func() error) error {
+	t := time.Now()
+	err := w()
+	e.stats.WriteTime += time.Since(t)
+	e.stats.Writes++
+	return err
+}
+
+func (e *Engine) fault(point string) bool {
+	return e.opt.Fault != nil && e.opt.Fault(point)
+}
+
+// refused reports a bind the kernel refused because the address or device
+// is not ready: retried with backoff.
+func refused(err error) bool {
+	return errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.ENODEV)
+}

@@ -1,0 +1,44 @@
+// Package rebind is the engine of nvmet-rebind: it heals the kernel
+// listeners (endpoints) of nvmet RDMA ports and LIO iSER portals that a
+// device reset destroyed, by redoing the configfs writes that bind them.
+//
+// What dies on a device reset is a kernel listener, an endpoint: (owner,
+// address, port). Behind it are the configfs objects that hold it: one nvmet
+// port, or every LIO TPG portal (of every target) with that address:port and
+// iser=1, which share one kernel iSER listener. The engine heals endpoints.
+//
+// Desired state is configfs as the admin left it (read at every round)
+// plus the intent journal. The kernel never removes links or clears iser on
+// device removal, so any such change is the admin's and is never undone.
+//
+// # A round
+//
+// Engine.Reconcile is one round, in this order (each step a file):
+//
+//   - observe (observe.go): read the kernel's RDMA tables, index them
+//     (rdma.Index), judge each endpoint once (judge.go: a Verdict —
+//     listening, dead, stranded, unknown), then read configfs, the links of
+//     ports only where the verdict needs them, and the journal.
+//   - select (select.go): the endpoints this round must decide — those whose
+//     objects or verdict changed since the last round (the Baseline), named
+//     by the journal or a manual rebind, or decided by the clock; an input
+//     every endpoint reads selects all.
+//   - plan (plan.go, plan_nvmet.go, plan_lio.go, policy.go): pure. Each
+//     selected endpoint's state, status and heal; policy.go gates the heal
+//     (give-up, graces, pinning, backoff) and says when to look again. The
+//     others keep their last decision: Plan (everything) and a selection's
+//     plan are the same function on different sets.
+//   - apply (apply.go): the only writer of configfs and the journal, each
+//     step after its precondition (steps.go: Step.Pre, data that apply
+//     checks and `plan` describes).
+//   - verify (verify.go): pure, over the verdicts of a fresh observation.
+//   - learn (memory.go): pure updates of Memory from the outcomes and the
+//     plan; the loop is memory's one writer.
+//   - publish (snapshot.go): the Snapshot observers read (status, metrics,
+//     the control socket), swapped once per round.
+//
+// Requests from other goroutines — a config swap (SetConfig), a forced
+// retry (Retry, Rebind), an event (Poke) — are taken by the next round.
+// Run (loop.go) runs rounds on events, at the resync interval, and when the
+// last plan asks for a retry.
+package rebind

@@ -1,0 +1,122 @@
+package rebind
+
+import (
+	"fmt"
+
+	"github.com/nvmet-rebind/nvmet-rebind/configfs"
+)
+
+// assemble fills the status of every object, in configfs order (ports,
+// portals, then what saved configs declare and configfs lacks), and the
+// endpoint states Learn reads: a managed object's from its endpoint's
+// decision, any other's from the object alone (classify).
+func assemble(p *Planned, obs *Observed, cfg Config) {
+	p.Items = make([]Item, 0, len(obs.Ports)+len(obs.Portals))
+	p.Endpoints = make([]EndpointState, 0, len(p.decided))
+	var next map[Endpoint]int // the next holder of endpoints held by several objects
+	take := func(ep Endpoint) {
+		d := p.decided[ep]
+		i := 0
+		if len(d.items) > 1 {
+			if next == nil {
+				next = map[Endpoint]int{}
+			}
+			i = next[ep]
+			next[ep] = i + 1
+		}
+		if i == 0 {
+			p.Endpoints = append(p.Endpoints, d.es)
+		}
+		p.Items = append(p.Items, d.items[i])
+	}
+	seen := make(map[Key]bool, len(obs.Declared))
+	for i, port := range obs.Ports {
+		if ep, ok := managedPort(obs, i, cfg); ok {
+			take(ep)
+		} else {
+			p.Items = append(p.Items, classifyPort(obs, i, cfg))
+		}
+		if len(obs.Declared) > 0 {
+			seen[Key{KindNvmet, port.ID}] = true
+		}
+	}
+	for _, portal := range obs.Portals {
+		if ep, ok := managedPortal(portal, cfg); ok {
+			take(ep)
+		} else {
+			p.Items = append(p.Items, classifyPortal(portal, obs))
+		}
+		if len(obs.Declared) > 0 {
+			seen[Key{KindLIO, portal.ID()}] = true
+		}
+	}
+	// Saved configs naming objects configfs does not have: reported only.
+	for _, d := range obs.Declared {
+		k := Key{d.Kind, d.ID}
+		if !seen[k] {
+			seen[k] = true
+			p.Items = append(p.Items, Item{Key: k, Address: d.Addr.Addr(), Service: d.Addr.Port(),
+				Reason: fmt.Sprintf("declared in %s but not in configfs: not created", d.Source)})
+		}
+	}
+}
+
+// classifyPort is the status of a port the engine does not manage.
+func classifyPort(obs *Observed, i int, cfg Config) Item {
+	port, a := obs.Ports[i], obs.portAddr[i]
+	it := Item{Key: Key{KindNvmet, port.ID}}
+	switch {
+	case port.Err != nil:
+		it.Reason = "not touched: " + port.Err.Error()
+		return it
+	case port.Trtype != "rdma":
+		it.Reason = fmt.Sprintf("transport %q is not rdma", port.Trtype)
+		if a.err == nil {
+			it.Address, it.Service = a.ap.Addr(), a.ap.Port()
+		}
+		return it
+	case port.Adrfam != "ipv4" && port.Adrfam != "ipv6":
+		it.Reason = fmt.Sprintf("address family %q is not ipv4 or ipv6", port.Adrfam)
+		return it
+	case a.err != nil:
+		it.Reason = "not touched: " + a.err.Error()
+		return it
+	}
+	return unmanaged(it.Key, Endpoint{KindNvmet, a.ap}, obs)
+}
+
+// classifyPortal is the status of a portal the engine does not manage.
+func classifyPortal(portal configfs.Portal, obs *Observed) Item {
+	k := Key{KindLIO, portal.ID()}
+	if portal.Err != nil {
+		return Item{Key: k, Reason: "not touched: " + portal.Err.Error()}
+	}
+	return unmanaged(k, Endpoint{KindLIO, portal.Addr}, obs)
+}
+
+// unmanaged is the status of an object with a usable address that is not
+// the engine's: a wildcard, or outside the watched subnets. Its state is
+// the kernel's verdict on the listener it has.
+func unmanaged(k Key, ep Endpoint, obs *Observed) Item {
+	if ep.Addr.Addr().IsUnspecified() {
+		it := located(k, ep, obs.index.Carrier(ep.Addr.Addr()))
+		it.Reason = "wildcard address: the kernel re-listens on new devices by itself"
+		switch {
+		case obs.ListenersErr != nil:
+			it.State = StateUnknown
+		case len(obs.Devices) > 0 && obs.index.Wildcard(ep.Owner(), ep.Addr):
+			it.State = StateListening
+		default:
+			it.State = StateDead
+		}
+		return it
+	}
+	v := obs.verdict(ep)
+	it := located(k, ep, v.Carrier)
+	it.Reason = "outside the watched subnets"
+	it.State = v.State
+	if v.State == StateListening || v.State == StateStranded {
+		it.Device = v.EntryName
+	}
+	return it
+}

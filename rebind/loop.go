@@ -1,0 +1,312 @@
+package rebind
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
+)
+
+// Options configure an Engine.
+type Options struct {
+	Tree   Tree
+	Kernel Kernel
+	// Store is the state directory; nil keeps nothing across restarts
+	// (and makes a heal impossible: the journal is what makes it safe).
+	Store Store
+	// Quarantined are the journal entries the writer moved aside at start
+	// (state.Store.Clean): reported in status with those Load finds.
+	Quarantined []error
+	// Declared reads the saved configs of cfg (boot completion); nil: none.
+	Declared func(cfg Config) ([]Declared, error)
+	Config   Config
+	Logger   *slog.Logger
+	DryRun   bool                    // plan and log, write nothing
+	Now      func() time.Time        // clock; time.Now when nil
+	Fault    func(point string) bool // test hook: true stops the rebind there (ErrCrashed)
+	// HeartbeatEvery, when set, makes Run call its heartbeat at least this
+	// often from the loop itself (the systemd watchdog): a round that
+	// hangs stops the beats.
+	HeartbeatEvery time.Duration
+}
+
+// Engine reconciles. Its rounds (Reconcile) run one at a time, and a round
+// is the one writer of the engine's memory; everyone else sends a request
+// (SetConfig, Retry, Rebind, Poke) or reads the snapshot the round
+// publishes (Snapshot).
+type Engine struct {
+	opt      Options
+	log      *slog.Logger
+	trigger  chan struct{}
+	requests chan request // manual rebinds, served by Run
+	eventAt  atomic.Int64 // the last Poke (unix ns): an input of the next observation
+
+	// Requests waiting for the next round.
+	wantCfg atomic.Pointer[Config] // the config asked for last (New, SetConfig)
+	inbox   struct {
+		sync.Mutex
+		retry []Key
+	}
+
+	run sync.Mutex // one round at a time; guards the round's own state:
+	// the round's state, written by rounds only.
+	cfgIn     *Config // the wantCfg the round's cfg is
+	cfg       Config
+	mem       Memory
+	bootUntil time.Time
+	base      *Baseline // the last round's observation and plan: select's baseline
+	results   map[Key]Outcome
+	stats     Stats
+	views     [2]rdma.Index // the index storage of a round's two observations
+
+	snap atomic.Pointer[Snapshot] // published once per round
+}
+
+// request is a manual rebind handed to the loop.
+type request struct {
+	key  Key
+	done chan []Item
+}
+
+// New returns an engine; it reads nothing of the kernel or configfs until
+// the first round.
+func New(opt Options) *Engine {
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	e := &Engine{opt: opt, log: opt.Logger, trigger: make(chan struct{}, 1), requests: make(chan request),
+		mem: NewMemory(), results: map[Key]Outcome{}, cfg: opt.Config}
+	cfg := opt.Config
+	e.wantCfg.Store(&cfg)
+	e.cfgIn = &cfg
+	e.bootUntil = opt.Now().Add(opt.Config.BootWindow)
+	if opt.Store != nil {
+		pins, err := opt.Store.Pins()
+		if err != nil {
+			e.log.Warn("pins unreadable, starting without", "err", err)
+		}
+		if pins != nil {
+			e.mem.Pins = pins
+		}
+	}
+	e.snap.Store(&Snapshot{Results: map[Key]Outcome{}, Config: cfg, Memory: e.mem, JournalErrs: opt.Quarantined})
+	return e
+}
+
+// Poke asks for a round; it never blocks, and pokes coalesce. A poke is an
+// event (device, address, udev trigger): endpoints waiting for their
+// address to appear in a GID table are looked at again shortly after it.
+func (e *Engine) Poke() {
+	e.eventAt.Store(e.opt.Now().UnixNano())
+	select {
+	case e.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// SetConfig asks the next round to use cfg (reload). An explicit reload is
+// an admin's request to try again: give-up windows and backoffs restart.
+func (e *Engine) SetConfig(cfg Config) { e.wantCfg.Store(&cfg) }
+
+// Config returns the configuration in use, or asked for by SetConfig.
+func (e *Engine) Config() Config { return *e.wantCfg.Load() }
+
+// Retry asks the next round to forget the give-up window, backoff and
+// graces of the endpoint of one object (a manual rebind): its next heal
+// is not held back.
+func (e *Engine) Retry(k Key) {
+	e.inbox.Lock()
+	e.inbox.retry = append(e.inbox.retry, k)
+	e.inbox.Unlock()
+}
+
+// takeRequests applies the requests made since the last round: a config
+// swap (memory's timers restart; every endpoint is decided again) and
+// retries.
+func (e *Engine) takeRequests() {
+	if c := e.wantCfg.Load(); c != e.cfgIn {
+		e.cfgIn, e.cfg = c, *c
+		e.mem = e.mem.restarted()
+		e.base = nil
+	}
+	e.inbox.Lock()
+	retry := e.inbox.retry
+	e.inbox.retry = nil
+	e.inbox.Unlock()
+	for _, k := range retry {
+		var ep Endpoint
+		for _, it := range e.snap.Load().Items {
+			if it.Key == k {
+				ep = it.Endpoint
+			}
+		}
+		e.mem = e.mem.forced(k, ep)
+	}
+}
+
+// Reconcile is one round: observe → select the endpoints to decide →
+// plan them → apply the heals → verify over a fresh observation → learn →
+// publish. It returns the status items the round published.
+func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
+	e.run.Lock()
+	defer e.run.Unlock()
+	start := time.Now()
+	e.takeRequests()
+	obs, err := e.observe(e.cfg, nil, &e.views[0])
+	if err != nil {
+		e.stats.ReconcileTime += time.Since(start)
+		return nil, err
+	}
+	observed := time.Now()
+	sel := Select(&obs, e.mem, e.base)
+	pl := decide(&obs, e.mem, e.cfg, sel)
+	planned := time.Now()
+	ran := map[Endpoint]bool{}
+	var outcomes []Outcome
+	if len(pl.Heals) > 0 && e.opt.DryRun {
+		for _, h := range pl.Heals {
+			e.log.Info("dry run: would act", "endpoint", h.Endpoint.String(), "action", h.Action.String(), "objects", len(h.Keys), "steps", len(h.Steps), "reason", h.Reason)
+		}
+	} else if len(pl.Heals) > 0 {
+		w0, j0 := e.stats.WriteTime, e.stats.JournalTime
+		done, err := e.apply(ctx, pl.Heals)
+		if err != nil {
+			e.stats.ReconcileTime += time.Since(start)
+			return nil, err
+		}
+		acted := time.Now()
+		if len(done) > 0 {
+			// One observation verifies every heal of the round (one cm_id
+			// dump per device, not one per endpoint) and is the status.
+			obs2, err := e.observe(e.cfg, obs.Devices, &e.views[1])
+			outcomes = verify(done, &obs2, err, time.Now())
+			e.mem = learnOutcomes(e.mem, outcomes, obs2.Now)
+			for _, p := range done {
+				ran[p.heal.Endpoint] = true
+			}
+			if err == nil {
+				sel = Select(&obs2, e.mem, baseline(obs, &pl))
+				obs = obs2
+			} else {
+				sel = All()
+			}
+		} else {
+			sel = Select(&obs, e.mem, baseline(obs, &pl)) // only journal entries dropped
+		}
+		pl = decide(&obs, e.mem, e.cfg, sel)
+		e.log.Debug("round", "heals", len(done), "observe", observed.Sub(start), "plan", planned.Sub(observed),
+			"act", acted.Sub(planned), "verify", time.Since(acted), "configfs_writes", e.stats.WriteTime-w0, "journal", e.stats.JournalTime-j0)
+	}
+	assemble(&pl, &obs, e.cfg)
+	e.learn(&obs, &pl, sel)
+	e.stats.ReconcileTime += time.Since(start)
+	e.publish(&obs, &pl, outcomes, nextLook(pl, ran, obs.Now, e.opt.DryRun))
+	e.report(outcomes)
+	return pl.Items, nil
+}
+
+// learn keeps what the round concluded: memory (Learn), the pins when they
+// changed, and the baseline of the next round's selection.
+func (e *Engine) learn(obs *Observed, pl *Planned, sel Selection) {
+	var pinsChanged bool
+	e.mem, pinsChanged = Learn(e.mem, pl.Endpoints, pl.Items, obs.Now)
+	if pinsChanged && e.opt.Store != nil && !e.opt.DryRun {
+		if err := e.opt.Store.SavePins(e.mem.Pins); err != nil {
+			e.log.Warn("pins not saved", "err", err)
+		}
+	}
+	e.base = baseline(*obs, pl)
+	if sel.Size() == 0 && len(pl.Heals) == 0 {
+		e.stats.Unchanged++
+	}
+}
+
+// report logs the round's outcomes.
+func (e *Engine) report(outcomes []Outcome) {
+	for _, o := range outcomes {
+		addr, svc := o.Endpoint.Addr.Addr(), o.Endpoint.Addr.Port()
+		if o.Result == ResultOK {
+			e.log.Info("listener restored", "listener", keysString(o.Keys), "endpoint", o.Endpoint.String(), "address", addr, "service", svc, "action", o.Action.String(), "latency", o.Latency)
+		} else {
+			e.log.Warn("rebind failed, will retry", "listener", keysString(o.Keys), "endpoint", o.Endpoint.String(), "address", addr, "action", o.Action.String(), "result", o.Result.String(), "err", o.Err, "retry_in", e.mem.Backoff[o.Endpoint])
+		}
+	}
+}
+
+// Run runs rounds until ctx is done: at start, on every Poke, every resync
+// interval, when the last round's plan says to look again (nextLook), and
+// for every manual rebind (Rebind). It is the one goroutine that writes
+// configfs. Round errors are logged and retried; they never stop the loop.
+func (e *Engine) Run(ctx context.Context, heartbeat func()) error {
+	resync := time.NewTimer(0)
+	defer resync.Stop()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	var beat <-chan time.Time
+	if e.opt.HeartbeatEvery > 0 && heartbeat != nil {
+		t := time.NewTicker(e.opt.HeartbeatEvery)
+		defer t.Stop()
+		beat = t.C
+	}
+	for {
+		var req *request
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-beat:
+			heartbeat()
+			continue
+		case r := <-e.requests:
+			e.Retry(r.key)
+			req = &r
+		case <-e.trigger:
+		case <-resync.C:
+		case <-retry.C:
+		}
+		items, err := e.Reconcile(ctx)
+		if req != nil {
+			req.done <- items
+		}
+		if errors.Is(err, ErrCrashed) {
+			return err
+		}
+		if err != nil && ctx.Err() == nil {
+			e.log.Error("reconcile failed", "err", err)
+		}
+		if heartbeat != nil {
+			heartbeat()
+		}
+		resync.Reset(e.Config().ResyncInterval)
+		retry.Stop()
+		if next := e.snap.Load().Next; err == nil && !next.IsZero() {
+			retry.Reset(max(next.Sub(e.opt.Now()), time.Millisecond))
+		}
+	}
+}
+
+// Rebind asks the loop (Run) for a manual rebind of one object: give-up,
+// graces and backoff are lifted for it, and the answer is the status after
+// that round. Only Run writes configfs; without a running loop, use Retry
+// and Reconcile under the state-dir lock instead.
+func (e *Engine) Rebind(ctx context.Context, k Key) ([]Item, error) {
+	r := request{key: k, done: make(chan []Item, 1)}
+	select {
+	case e.requests <- r:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case items := <-r.done:
+		return items, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}

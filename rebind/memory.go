@@ -1,0 +1,167 @@
+package rebind
+
+import (
+	"maps"
+	"time"
+
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/backoff"
+)
+
+// Memory is what the engine remembers between rounds. Only the loop
+// changes it, and only through the pure functions of this file (Learn,
+// restarted, forced): each returns a new Memory and never writes into the
+// maps of the one it was given, so a published snapshot may hold them.
+type Memory struct {
+	DeadSince map[Endpoint]time.Time     // first round that saw the endpoint dead or stranded (deadSince)
+	NextTry   map[Endpoint]time.Time     // backoff: no attempt before this
+	Backoff   map[Endpoint]time.Duration // the last backoff step
+	// AliveOn is the RDMA device index (+1) the listener was last seen
+	// alive on. Indices are never reused: while that same device is still
+	// registered, a vanished listener means the device is being removed
+	// right now, and a rebind would race the removal.
+	AliveOn map[Endpoint]uint32
+	Pins    map[Key]uint64 // node GUID the object's listener was last alive on
+	// Forced objects were asked for by `nvmet-rebind rebind`: give-up,
+	// graces and backoff do not hold their endpoint back, once.
+	Forced map[Key]bool
+}
+
+// NewMemory returns an empty memory.
+func NewMemory() Memory {
+	return Memory{DeadSince: map[Endpoint]time.Time{}, NextTry: map[Endpoint]time.Time{}, Backoff: map[Endpoint]time.Duration{},
+		AliveOn: map[Endpoint]uint32{}, Pins: map[Key]uint64{}, Forced: map[Key]bool{}}
+}
+
+func (m Memory) clone() Memory {
+	return Memory{DeadSince: maps.Clone(m.DeadSince), NextTry: maps.Clone(m.NextTry), Backoff: maps.Clone(m.Backoff),
+		AliveOn: maps.Clone(m.AliveOn), Pins: maps.Clone(m.Pins), Forced: maps.Clone(m.Forced)}
+}
+
+// Backoff bounds for refused or unverified binds.
+const (
+	backoffMin = 50 * time.Millisecond
+	backoffMax = 5 * time.Second
+)
+
+// deadSince is the one place dead-since is decided: when the endpoint was
+// first seen down (dead or stranded), now for the first round that sees
+// it; zero while it is not down. Plan shows and gates by it, Learn keeps it.
+func deadSince(mem Memory, ep Endpoint, st State, now time.Time) time.Time {
+	if !st.down() {
+		return time.Time{}
+	}
+	if t, ok := mem.DeadSince[ep]; ok {
+		return t
+	}
+	return now
+}
+
+// nextBackoff is the one place backoff is decided: after a heal that did
+// not come back, the next attempt waits the next step (doubling from
+// backoffMin to backoffMax); a heal that did clears it.
+func nextBackoff(last time.Duration, r Result) (time.Duration, bool) {
+	if r == ResultOK || r == ResultNone {
+		return 0, false
+	}
+	return backoff.Next(last, backoffMin, backoffMax), true
+}
+
+// Learn is memory's update from what a round's plan concluded about
+// every endpoint: dead-since, the device last alive on, pins; a listener
+// back clears its backoff and manual rebind. It is pure: mem is not
+// modified; the new memory is returned with whether pins changed.
+func Learn(mem Memory, eps []EndpointState, items []Item, now time.Time) (Memory, bool) {
+	out := mem.clone()
+	pinsChanged := false
+	present := make(map[Endpoint]bool, len(eps))
+	for _, e := range eps {
+		present[e.Endpoint] = true
+		if t := deadSince(mem, e.Endpoint, e.State, now); !t.IsZero() {
+			out.DeadSince[e.Endpoint] = t
+		} else {
+			delete(out.DeadSince, e.Endpoint)
+		}
+		if e.State != StateListening {
+			continue
+		}
+		out.AliveOn[e.Endpoint] = e.DevIndex + 1
+		delete(out.NextTry, e.Endpoint)
+		delete(out.Backoff, e.Endpoint)
+		for _, k := range e.Keys {
+			delete(out.Forced, k)
+			if e.GUID != 0 && out.Pins[k] != e.GUID {
+				out.Pins[k] = e.GUID
+				pinsChanged = true
+			}
+		}
+	}
+	for ep := range out.AliveOn {
+		if !present[ep] {
+			delete(out.AliveOn, ep)
+		}
+	}
+	keys := make(map[Key]bool, len(items))
+	for _, it := range items {
+		keys[it.Key] = true
+	}
+	for k := range out.Forced {
+		if !keys[k] {
+			delete(out.Forced, k)
+		}
+	}
+	for k := range out.Pins {
+		if !keys[k] {
+			delete(out.Pins, k)
+			pinsChanged = true
+		}
+	}
+	return out, pinsChanged
+}
+
+// learnOutcomes is memory's update from the outcomes of the heals applied
+// in a round (backoff; a manual rebind is used once), before the round
+// plans its verification: the plan then shows when each failed heal is
+// tried again. Pure, like Learn.
+func learnOutcomes(mem Memory, outcomes []Outcome, now time.Time) Memory {
+	if len(outcomes) == 0 {
+		return mem
+	}
+	out := mem.clone()
+	for _, o := range outcomes {
+		for _, k := range o.Keys {
+			delete(out.Forced, k)
+		}
+		d, wait := nextBackoff(out.Backoff[o.Endpoint], o.Result)
+		if !wait {
+			delete(out.Backoff, o.Endpoint)
+			delete(out.NextTry, o.Endpoint)
+			continue
+		}
+		out.Backoff[o.Endpoint] = d
+		out.NextTry[o.Endpoint] = now.Add(d)
+	}
+	return out
+}
+
+// restarted is memory after a reload (an admin's request to try again):
+// give-up windows, backoffs and graces start over.
+func (m Memory) restarted() Memory {
+	out := m.clone()
+	clear(out.DeadSince)
+	clear(out.NextTry)
+	clear(out.Backoff)
+	return out
+}
+
+// forced is memory after a manual rebind of k, whose endpoint is ep (zero
+// when k has no usable address): its next heal is not held back.
+func (m Memory) forced(k Key, ep Endpoint) Memory {
+	out := m.clone()
+	out.Forced[k] = true
+	if ep.Addr.IsValid() {
+		delete(out.DeadSince, ep)
+		delete(out.NextTry, ep)
+		delete(out.Backoff, ep)
+	}
+	return out
+}

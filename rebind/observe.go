@@ -1,0 +1,244 @@
+package rebind
+
+import (
+	"errors"
+	"io/fs"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/nvmet-rebind/nvmet-rebind/configfs"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
+)
+
+// Kernel is the engine's view of the running kernel's RDMA state.
+type Kernel interface {
+	Devices() ([]rdma.Device, error)
+	CMIDs(devs []rdma.Device) ([]rdma.CMID, error)
+	Addrs() ([]rdma.Addr, error)
+}
+
+// GIDReuser is a Kernel that can list devices reusing the GID tables of
+// an earlier listing for the ports it had (rdma.Live): the verification
+// at the end of a round reads the devices with the round's GID tables
+// instead of reading them again (thousands of sysfs files on rxe). A
+// change of the tables meanwhile comes with an event, which runs another
+// round.
+type GIDReuser interface {
+	DevicesReusingGIDs(prev []rdma.Device) ([]rdma.Device, error)
+}
+
+// Tree is the engine's view of configfs (configfs.FS): read the nvmet
+// ports and LIO portals, and the few writes a heal makes.
+type Tree interface {
+	Ports() ([]configfs.Port, error) // attributes only; Links is empty
+	Links(portID string) ([]configfs.Link, error)
+	Portals() ([]configfs.Portal, error)
+	Portal(id string) (configfs.Portal, error)
+	Subsystems() ([]string, error)
+	Unlink(portID string, l configfs.Link) error
+	Relink(portID string, l configfs.Link) error
+	SetISER(portalID string, on bool) error
+}
+
+// Store keeps the intent journal and the device pins (rebind/state).
+type Store interface {
+	// PutAll writes intents durably before the first configfs write they
+	// cover (the sharers of an endpoint in one batch: one directory sync).
+	PutAll([]Intent) error
+	// DeleteAll removes the intents of keys; missing ones are no error.
+	DeleteAll([]Key) error
+	// Load reads every intent and changes nothing; unreadable entries are
+	// reported, never acted on.
+	Load() (map[Key]Intent, []error)
+	Pins() (map[Key]uint64, error)
+	SavePins(map[Key]uint64) error
+}
+
+// Observed is everything one round reads, parsed once where it is read:
+// addresses as netip values, and each endpoint's verdict (Verdicts).
+type Observed struct {
+	Ports      []configfs.Port
+	Subsystems map[string]bool // nvmet/subsystems/<nqn> exists
+	// LinksUnread are the ports whose links were not read: their listener
+	// was alive, and a live port's links are not needed to plan.
+	LinksUnread map[string]bool
+	Portals     []configfs.Portal
+	PortalsErr  error // some portals could not be read: never forget their journal
+	Devices     []rdma.Device
+	DevicesErr  error
+	Addrs       []rdma.Addr
+	AddrsErr    error
+	Listeners   []rdma.CMID
+	// ListenersErr is set when the cm_id table could not be read: whether
+	// anything listens is then unknown and no rebind is planned.
+	ListenersErr error
+	Journal      map[Key]Intent
+	JournalErrs  []error // journal entries quarantined at start or unreadable now
+	// Declared is what nvmetcli's/targetcli's saved configs declare;
+	// BootUntil ends the window in which it is completed.
+	Declared  []Declared
+	BootUntil time.Time
+	// EventAt is the last device or address event: the GID table fills a
+	// moment after such an event, so a missing carrier is looked at again
+	// shortly after it (recheck).
+	EventAt time.Time
+	Now     time.Time
+
+	// Derived once from the fields above (prepared), never changed after:
+	index    *rdma.Index          // the kernel tables' index (rdma)
+	portAddr []parsedAddr         // Ports[i]'s address, parsed
+	verdicts map[Endpoint]Verdict // every specific address's verdict
+	judged   bool                 // every object's endpoint is in verdicts
+}
+
+// parsedAddr is a port's address and service, or why they do not parse.
+type parsedAddr struct {
+	ap  netip.AddrPort
+	err error
+}
+
+// verdict is the endpoint's verdict in this observation.
+func (o *Observed) verdict(ep Endpoint) Verdict {
+	if v, ok := o.verdicts[ep]; ok {
+		return v
+	}
+	v := judge(ep, o.ListenersErr == nil, o.index)
+	o.verdicts[ep] = v
+	return v
+}
+
+// windowOpen reports whether saved configs are completed now.
+func (o *Observed) windowOpen() bool { return o.Now.Before(o.BootUntil) }
+
+// prepared returns obs with what is derived from it (an Observed filled
+// by hand, in tests and benchmarks; Engine.observe derives as it reads).
+func prepared(obs Observed) Observed {
+	if obs.judged {
+		return obs
+	}
+	if obs.index == nil {
+		obs.index = rdma.NewIndex(obs.Devices, obs.Addrs, obs.Listeners)
+	}
+	if len(obs.portAddr) != len(obs.Ports) {
+		obs.portAddr = make([]parsedAddr, len(obs.Ports))
+		for i, p := range obs.Ports {
+			obs.portAddr[i].ap, obs.portAddr[i].err = p.Addr()
+		}
+	}
+	if obs.verdicts == nil {
+		obs.verdicts = make(map[Endpoint]Verdict, len(obs.Ports)+len(obs.Portals))
+	}
+	for i, p := range obs.Ports {
+		if ep, ok := obs.portEndpoint(i); ok && p.Err == nil {
+			obs.verdict(ep)
+		}
+	}
+	for _, p := range obs.Portals {
+		if p.Err == nil && !p.Addr.Addr().IsUnspecified() {
+			obs.verdict(Endpoint{KindLIO, p.Addr})
+		}
+	}
+	obs.judged = true
+	return obs
+}
+
+// portEndpoint is Ports[i]'s endpoint, when it has a specific RDMA address.
+func (o *Observed) portEndpoint(i int) (Endpoint, bool) {
+	p, a := o.Ports[i], o.portAddr[i]
+	if p.Trtype != "rdma" || a.err != nil || a.ap.Addr().IsUnspecified() {
+		return Endpoint{}, false
+	}
+	return Endpoint{KindNvmet, a.ap}, true
+}
+
+// observe reads the kernel, the journal, the saved configs and configfs,
+// in that order: which listeners are alive decides how much of configfs
+// must be read (a live port's links are not needed). With prev (the
+// devices of the round's first observation), GID tables are reused where
+// the Kernel can; the index is built in into (its storage reused).
+// Errors that make the observation unusable (configfs unreadable) are
+// returned; kernel read errors are recorded and make the affected facts
+// unknown.
+func (e *Engine) observe(cfg Config, prev []rdma.Device, into *rdma.Index) (Observed, error) {
+	obs := Observed{Now: e.opt.Now(), BootUntil: e.bootUntil, Subsystems: map[string]bool{}, LinksUnread: map[string]bool{}}
+	if at := e.eventAt.Load(); at != 0 {
+		obs.EventAt = time.Unix(0, at)
+	}
+	if r, ok := e.opt.Kernel.(GIDReuser); ok && prev != nil {
+		obs.Devices, obs.DevicesErr = r.DevicesReusingGIDs(prev)
+	} else {
+		obs.Devices, obs.DevicesErr = e.opt.Kernel.Devices()
+	}
+	obs.Addrs, obs.AddrsErr = e.opt.Kernel.Addrs()
+	if obs.DevicesErr != nil {
+		obs.ListenersErr = obs.DevicesErr
+	} else {
+		obs.Listeners, obs.ListenersErr = e.opt.Kernel.CMIDs(obs.Devices)
+	}
+	if into == nil {
+		into = new(rdma.Index)
+	}
+	into.Reindex(obs.Devices, obs.Addrs, obs.Listeners)
+	obs.index = into
+	obs.JournalErrs = slices.Clone(e.opt.Quarantined)
+	if e.opt.Store != nil {
+		var bad []error
+		obs.Journal, bad = e.opt.Store.Load()
+		obs.JournalErrs = append(obs.JournalErrs, bad...)
+	}
+	if e.opt.Declared != nil && (cfg.NvmetConfig != "" || cfg.TargetConfig != "") {
+		d, err := e.opt.Declared(cfg)
+		if err != nil {
+			e.log.Warn("saved config unreadable; boot completion skipped", "err", err)
+		}
+		obs.Declared = d
+	}
+	declared := map[string]bool{}
+	for _, d := range obs.Declared {
+		if d.Kind == KindNvmet {
+			declared[d.ID] = true
+		}
+	}
+	ports, err := e.opt.Tree.Ports()
+	if err != nil {
+		return obs, err
+	}
+	obs.verdicts = make(map[Endpoint]Verdict, 2*len(ports))
+	obs.Ports, obs.portAddr = ports[:0], make([]parsedAddr, 0, len(ports))
+	for _, p := range ports {
+		var a parsedAddr
+		a.ap, a.err = p.Addr()
+		needLinks := true
+		if _, journaled := obs.Journal[Key{KindNvmet, p.ID}]; p.Err == nil && !journaled && !declared[p.ID] &&
+			p.Trtype == "rdma" && a.err == nil && !a.ap.Addr().IsUnspecified() {
+			needLinks = obs.verdict(Endpoint{KindNvmet, a.ap}).State != StateListening
+		}
+		switch {
+		case p.Err != nil:
+		case needLinks:
+			p.Links, err = e.opt.Tree.Links(p.ID)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // removed while we read
+			}
+			if err != nil {
+				p.Err = err
+			}
+		default:
+			obs.LinksUnread[p.ID] = true // alive: its links are not needed
+		}
+		obs.Ports = append(obs.Ports, p)
+		obs.portAddr = append(obs.portAddr, a)
+	}
+	if obs.Portals, obs.PortalsErr = e.opt.Tree.Portals(); obs.PortalsErr != nil {
+		e.log.Warn("some LIO portals unreadable; the rest is reconciled", "err", obs.PortalsErr)
+	}
+	nqns, err := e.opt.Tree.Subsystems()
+	if err != nil {
+		return obs, err
+	}
+	for _, n := range nqns {
+		obs.Subsystems[n] = true
+	}
+	return prepared(obs), nil
+}

@@ -1,0 +1,185 @@
+package rebind
+
+import (
+	"maps"
+	"reflect"
+	"slices"
+
+	"github.com/nvmet-rebind/nvmet-rebind/configfs"
+)
+
+// Selection is the set of endpoints a round decides; every other managed
+// endpoint keeps the decision of the baseline (the last round's plan),
+// which a plan of it now would make again. Planning a selection and
+// planning every endpoint are the same function (plan) on different sets.
+type Selection struct {
+	all   bool
+	prev  *Planned // the baseline's decisions
+	dirty map[Endpoint]bool
+}
+
+// All selects every endpoint (a first round, a reload).
+func All() Selection { return Selection{all: true} }
+
+// has reports whether the round decides ep: selected, new since the
+// baseline, or decided by the clock there (timed: decided every round).
+func (s Selection) has(ep Endpoint) bool {
+	if s.all || s.prev == nil || s.dirty[ep] {
+		return true
+	}
+	d := s.prev.decided[ep]
+	return d == nil || d.timed
+}
+
+// Size is the number of endpoints selected, -1 for all.
+func (s Selection) Size() int {
+	if s.all || s.prev == nil {
+		return -1
+	}
+	return len(s.dirty) + len(s.prev.timed)
+}
+
+// Baseline is what the next round's selection compares with: the last
+// round's observation (what select reads of it) and plan.
+type Baseline struct {
+	obs Observed
+	pl  *Planned
+}
+
+// baseline keeps of obs what Select reads: not the kernel's tables nor
+// their index (megabytes at thousands of listeners).
+func baseline(obs Observed, pl *Planned) *Baseline {
+	obs.index, obs.Devices, obs.Addrs, obs.Listeners = nil, nil, nil, nil
+	return &Baseline{obs: obs, pl: pl}
+}
+
+// Select returns the endpoints a round must decide, from what changed
+// since base: the endpoints of every configfs object created, removed or
+// changed (both its old and its new endpoint), every endpoint whose
+// verdict changed (device, address, listener, GID table), those named by
+// the journal or a manual rebind, and those with a backoff. An input every
+// endpoint reads (an unreadable table, the saved configs, the boot window)
+// selects all, and so does no baseline. The endpoints decided by the clock
+// are decided every round (Selection.has).
+func Select(obs *Observed, mem Memory, base *Baseline) Selection {
+	if base == nil || base.pl == nil {
+		return All()
+	}
+	b := &base.obs
+	if !sameErr(obs.DevicesErr, b.DevicesErr) || !sameErr(obs.AddrsErr, b.AddrsErr) ||
+		!sameErr(obs.ListenersErr, b.ListenersErr) || !sameErr(obs.PortalsErr, b.PortalsErr) ||
+		obs.windowOpen() != b.windowOpen() || !reflect.DeepEqual(obs.Declared, b.Declared) {
+		return All()
+	}
+	dirty := map[Endpoint]bool{}
+	markPort := func(o *Observed, i int) {
+		if ep, ok := o.portEndpoint(i); ok {
+			dirty[ep] = true
+		}
+	}
+	markPortal := func(p configfs.Portal) {
+		if p.Err == nil {
+			dirty[Endpoint{KindLIO, p.Addr}] = true
+		}
+	}
+	pair(obs.Ports, b.Ports, func(p configfs.Port) string { return p.ID }, func(x, y configfs.Port) bool { return x.ID == y.ID }, func(i, j int) {
+		switch {
+		case j < 0:
+			markPort(obs, i)
+		case i < 0:
+			markPort(b, j)
+		case !samePort(obs.Ports[i], b.Ports[j]) || obs.LinksUnread[obs.Ports[i].ID] != b.LinksUnread[b.Ports[j].ID]:
+			markPort(obs, i)
+			markPort(b, j)
+		}
+	})
+	pair(obs.Portals, b.Portals, configfs.Portal.ID, func(x, y configfs.Portal) bool {
+		return x.IQN == y.IQN && x.TPG == y.TPG && x.NP == y.NP
+	}, func(i, j int) {
+		switch {
+		case j < 0:
+			markPortal(obs.Portals[i])
+		case i < 0:
+			markPortal(b.Portals[j])
+		case !samePortal(obs.Portals[i], b.Portals[j]):
+			markPortal(obs.Portals[i])
+			markPortal(b.Portals[j])
+		}
+	})
+	for ep, v := range obs.verdicts {
+		if w, ok := b.verdicts[ep]; !ok || !v.same(w) {
+			dirty[ep] = true
+		}
+	}
+	if len(obs.Journal)+len(mem.Forced) > 0 {
+		named := func(k Key) bool {
+			_, j := obs.Journal[k]
+			return j || mem.Forced[k]
+		}
+		for i, p := range obs.Ports {
+			if named(Key{KindNvmet, p.ID}) {
+				markPort(obs, i)
+			}
+		}
+		for _, p := range obs.Portals {
+			if named(Key{KindLIO, p.ID()}) {
+				markPortal(p)
+			}
+		}
+	}
+	for ep := range mem.NextTry {
+		dirty[ep] = true
+	}
+	for ep := range mem.Backoff {
+		dirty[ep] = true
+	}
+	return Selection{prev: base.pl, dirty: dirty}
+}
+
+// pair calls f with the index in a and in b of each object of either, by
+// id (-1: not in that list). Lists in the same order (configfs lists the
+// same objects the same way) are walked side by side.
+func pair[T any](a, b []T, id func(T) string, sameID func(x, y T) bool, f func(i, j int)) {
+	if len(a) == len(b) && slices.EqualFunc(a, b, sameID) {
+		for i := range a {
+			f(i, i)
+		}
+		return
+	}
+	at := make(map[string]int, len(b))
+	for j, y := range b {
+		at[id(y)] = j
+	}
+	for i, x := range a {
+		j, ok := at[id(x)]
+		if !ok {
+			f(i, -1)
+			continue
+		}
+		delete(at, id(x))
+		f(i, j)
+	}
+	for _, j := range slices.Sorted(maps.Values(at)) {
+		f(-1, j)
+	}
+}
+
+// samePort reports whether a plan reads the same of two readings of a port.
+func samePort(x, y configfs.Port) bool {
+	return x.Err == nil && y.Err == nil && x.ID == y.ID && x.Trtype == y.Trtype && x.Adrfam == y.Adrfam &&
+		x.Traddr == y.Traddr && x.Trsvcid == y.Trsvcid && slices.Equal(x.Links, y.Links)
+}
+
+// samePortal reports whether a plan reads the same of two readings of a
+// portal.
+func samePortal(x, y configfs.Portal) bool {
+	return x.Err == nil && y.Err == nil && x.IQN == y.IQN && x.TPG == y.TPG && x.NP == y.NP && x.Addr == y.Addr && x.ISER == y.ISER
+}
+
+// sameErr reports whether a and b are both nil or say the same.
+func sameErr(a, b error) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Error() == b.Error()
+}

@@ -1,0 +1,103 @@
+package rebind
+
+import (
+	"maps"
+	"slices"
+	"time"
+)
+
+// Stats are counters for metrics and status, kept by the rounds.
+type Stats struct {
+	Reconciles uint64
+	// Unchanged counts the rounds that had nothing to decide: nothing
+	// they read had changed, and nothing waited on the clock.
+	Unchanged      uint64
+	Rebinds        [ResultUnverified + 1]uint64 // by Result
+	LastLatency    time.Duration
+	PendingRetries int
+	// ReconcileTime is the time spent in rounds (observe, plan, act,
+	// verify); WriteTime the part of it inside configfs writes (the
+	// kernel's: each write binds or unbinds a listener), over Writes.
+	ReconcileTime, WriteTime time.Duration
+	Writes                   uint64
+	// JournalTime is the time spent writing and removing intent journal
+	// entries (fsync'd).
+	JournalTime time.Duration
+}
+
+// Snapshot is what a round published: the engine's state for status,
+// metrics and the control socket. It is never changed once published.
+type Snapshot struct {
+	Items        []Item
+	Results      map[Key]Outcome // the last outcome of each object healed
+	At           time.Time
+	Stats        Stats
+	ListenersErr error
+	JournalErrs  []error
+	// Next is when the round asked to be followed by another (nextLook);
+	// zero: at the next event or resync.
+	Next time.Time
+	// Config and Memory are the round's, for a plan made outside the loop
+	// (Look): memory is only ever replaced, never written in place.
+	Config Config
+	Memory Memory
+}
+
+// publish ends a round: the snapshot observers read until the next one.
+func (e *Engine) publish(obs *Observed, pl *Planned, outcomes []Outcome, next time.Time) {
+	results := e.snap.Load().Results
+	if len(outcomes) > 0 {
+		for _, o := range outcomes {
+			for _, k := range o.Keys {
+				e.results[k] = o
+			}
+			e.stats.Rebinds[o.Result]++
+			if o.Result == ResultOK {
+				e.stats.LastLatency = o.Latency
+			}
+		}
+		results = maps.Clone(e.results)
+	}
+	e.stats.PendingRetries = len(e.mem.NextTry)
+	e.stats.Reconciles++
+	e.snap.Store(&Snapshot{Items: pl.Items, Results: results, At: e.opt.Now(), Stats: e.stats,
+		ListenersErr: obs.ListenersErr, JournalErrs: obs.JournalErrs, Next: next, Config: e.cfg, Memory: e.mem})
+}
+
+// Snapshot returns what the last round published. Its slices and maps are
+// shared: read them, never write them.
+func (e *Engine) Snapshot() Snapshot { return *e.snap.Load() }
+
+// Observe reads configfs, the journal and the kernel, and changes nothing.
+func (e *Engine) Observe() (Observed, error) {
+	return e.observe(e.snap.Load().Config, nil, nil)
+}
+
+// PlanAll observes and plans every endpoint with the last round's memory,
+// writing nothing; it may run beside the loop.
+func (e *Engine) PlanAll() (Planned, Observed, error) {
+	s := e.snap.Load()
+	obs, err := e.observe(s.Config, nil, nil)
+	if err != nil {
+		return Planned{}, obs, err
+	}
+	return Plan(obs, s.Memory, s.Config), obs, nil
+}
+
+// PlanNow is PlanAll's status items.
+func (e *Engine) PlanNow() ([]Item, Observed, error) {
+	p, obs, err := e.PlanAll()
+	return p.Items, obs, err
+}
+
+// Look observes and plans now, writing nothing, and returns that with the
+// last round's results and counters: what `status` shows.
+func (e *Engine) Look() (Snapshot, error) {
+	items, obs, err := e.PlanNow()
+	if err != nil {
+		return Snapshot{}, err
+	}
+	snap := e.Snapshot()
+	snap.Items, snap.At, snap.ListenersErr, snap.JournalErrs = items, obs.Now, obs.ListenersErr, slices.Clone(obs.JournalErrs)
+	return snap, nil
+}

@@ -1,0 +1,251 @@
+package rebind
+
+import (
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nvmet-rebind/nvmet-rebind/configfs"
+)
+
+// Kind says which target code owns a listener.
+type Kind string
+
+// The two kinds of listener the engine heals.
+const (
+	KindNvmet Kind = "nvmet"
+	KindLIO   Kind = "lio"
+)
+
+// owner is the RES_KERN_NAME of the kind's listeners.
+func (k Kind) owner() string {
+	if k == KindLIO {
+		return "ib_isert"
+	}
+	return "nvmet_rdma"
+}
+
+// Key identifies a configfs object: an nvmet port id or a LIO portal id.
+type Key struct {
+	Kind Kind
+	ID   string
+}
+
+func (k Key) String() string {
+	if k.Kind == KindNvmet {
+		return "nvmet port " + k.ID
+	}
+	return "lio portal " + k.ID
+}
+
+func compareKeys(a, b Key) int {
+	if c := strings.Compare(string(a.Kind), string(b.Kind)); c != 0 {
+		return c
+	}
+	if a.Kind == KindNvmet {
+		return configfs.ComparePortIDs(a.ID, b.ID)
+	}
+	return strings.Compare(a.ID, b.ID)
+}
+
+func keysString(ks []Key) string {
+	s := make([]string, len(ks))
+	for i, k := range ks {
+		s[i] = k.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+// Endpoint is one kernel listener: what rdma_cm binds, what a device
+// removal destroys and what must be re-created.
+type Endpoint struct {
+	Kind Kind
+	Addr netip.AddrPort
+}
+
+// Owner is the kernel module that owns the listener (RES_KERN_NAME).
+func (e Endpoint) Owner() string { return e.Kind.owner() }
+
+func (e Endpoint) String() string { return e.Owner() + " " + e.Addr.String() }
+
+// compareEndpoints orders nvmet endpoints before LIO ones (configfs order
+// of the objects), then by address.
+func compareEndpoints(a, b Endpoint) int {
+	if a.Kind != b.Kind {
+		if a.Kind == KindNvmet {
+			return -1
+		}
+		return 1
+	}
+	return a.Addr.Compare(b.Addr)
+}
+
+// State is what the kernel says of an endpoint's listener: the one fact
+// from which listening yes/no, the metric's state and check's verdict are
+// derived (Listening, Item.Health).
+type State int
+
+// States.
+const (
+	StateNone      State = iota // nothing is expected to listen (or the object has no listener to judge)
+	StateListening              // LISTEN on the RDMA device that carries the address
+	StateDead                   // no LISTEN entry
+	StateStranded               // LISTEN on a device that no longer carries the address
+	StateUnknown                // the cm_id table could not be read
+)
+
+func (s State) String() string {
+	return [...]string{"", "listening", "dead", "stranded", "unknown"}[s]
+}
+
+// Listening says whether the listener is up where its address is carried:
+// nil when unknown or when there is nothing to judge (StateNone).
+func (s State) Listening() *bool {
+	switch s {
+	case StateListening:
+		return ptr(true)
+	case StateDead, StateStranded:
+		return ptr(false)
+	}
+	return nil
+}
+
+// down reports a listener that should be healed: dead or stranded.
+func (s State) down() bool { return s == StateDead || s == StateStranded }
+
+// Action names what a heal does, for logs, status and metrics.
+type Action int
+
+// Actions.
+const (
+	ActNone Action = iota
+	// ActRebindPort: journal the links, unlink every subsystem, relink
+	// them in order (the port's listener is dead or stranded).
+	ActRebindPort
+	// ActCompletePort: link what the journal says is missing (a refused
+	// relink, or a crash mid-rebind).
+	ActCompletePort
+	// ActToggleISER: journal every sharer, iser 0 on each, then 1 on each.
+	ActToggleISER
+	// ActCompleteISER: iser 1 on journaled sharers that read 0.
+	ActCompleteISER
+	// ActDropJournal: the journal entries have nothing left to do.
+	ActDropJournal
+	// ActCompleteBoot: link subsystems (or set iser) that a saved config
+	// declares and the boot-time restore could not.
+	ActCompleteBoot
+)
+
+func (a Action) String() string {
+	return [...]string{"none", "rebind", "complete-relink", "toggle-iser", "complete-iser", "drop-journal", "complete-boot"}[a]
+}
+
+// heals reports an action that re-creates a listener (not a journal drop).
+func (a Action) heals() bool { return a != ActNone && a != ActDropJournal }
+
+// Result is what applying one heal came to, after verification.
+type Result int
+
+// Results (the label of nvmet_rebind_rebinds_total).
+const (
+	ResultNone       Result = iota // a journal drop: nothing to verify
+	ResultOK                       // the listener is verified in the cm_id table
+	ResultRefused                  // the kernel refused the bind (no address or device yet)
+	ResultError                    // a write failed otherwise
+	ResultUnverified               // written, but the listener is not (yet) there
+)
+
+func (r Result) String() string {
+	return [...]string{"", "ok", "refused", "error", "unverified"}[r]
+}
+
+// Results lists the results a heal can have, in metric order.
+var Results = []Result{ResultOK, ResultRefused, ResultUnverified, ResultError}
+
+// Outcome is what applying one heal came to, after verification: also the
+// last result of each object it wrote (status).
+type Outcome struct {
+	Endpoint Endpoint
+	Action   Action
+	Keys     []Key
+	Result   Result
+	Err      error
+	At       time.Time
+	Latency  time.Duration // from the first write to LISTEN verified
+}
+
+// Item is the status of one configfs object (nvmet port or LIO portal).
+type Item struct {
+	Key
+	Endpoint Endpoint // zero when the object has no usable address
+	Address  netip.Addr
+	Service  uint16
+	Managed  bool
+	Reason   string
+	// State is the kernel's verdict on the object's listener; for an
+	// object not managed (wildcard, outside the watched subnets), on the
+	// listener it would have.
+	State       State
+	Device      string // RDMA device of the LISTEN entry, else the carrier
+	GUID        uint64 // node GUID of the carrier (or of Device)
+	Netdev      string // netdev holding the address
+	Carrier     string // RDMA device rdma_cm would bind the address to now
+	CarrierPort uint32
+	Sharers     int    // configfs objects holding the endpoint
+	Action      Action // the action of the endpoint's heal this round
+	Expected    bool   // a listener should exist: links, iser=1, journal
+	DeadSince   time.Time
+	// RetryAt is when the engine looks at the object again by itself
+	// (backoff, graces, GID-table rechecks); zero: at the next event.
+	RetryAt time.Time
+	// GaveUp: dead or stranded for more than give_up_after, so no longer
+	// healed until a reload or a manual rebind.
+	GaveUp bool
+}
+
+// Listening is State.Listening.
+func (it Item) Listening() *bool { return it.State.Listening() }
+
+// Health is what an item counts as, for metrics and check.
+type Health int
+
+// Healths.
+const (
+	HealthNone     Health = iota // not managed, or nothing expected: not counted
+	HealthAlive                  // listening
+	HealthDead                   // no listener
+	HealthStranded               // on a device that no longer carries the address
+	HealthUnknown                // cannot tell
+)
+
+func (h Health) String() string {
+	return [...]string{"", "alive", "dead", "stranded", "unknown"}[h]
+}
+
+// Health derives the item's health from its state: the one function
+// metrics and check read.
+func (it Item) Health() Health {
+	if !it.Managed || !it.Expected {
+		return HealthNone
+	}
+	switch it.State {
+	case StateListening:
+		return HealthAlive
+	case StateDead:
+		return HealthDead
+	case StateStranded:
+		return HealthStranded
+	}
+	return HealthUnknown
+}
+
+// ServiceString renders the service as configfs spells it.
+func (it Item) ServiceString() string {
+	if it.Service == 0 && !it.Address.IsValid() {
+		return ""
+	}
+	return strconv.Itoa(int(it.Service))
+}
+
+func ptr[T any](v T) *T { return &v }
