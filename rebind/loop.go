@@ -192,13 +192,13 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 				ran[p.heal.Endpoint] = true
 			}
 			if err == nil {
-				sel = Select(&obs2, e.mem, baseline(obs, &pl))
+				sel = Select(&obs2, e.mem, baseline(obs, pl))
 				obs = obs2
 			} else {
 				sel = All()
 			}
 		} else {
-			sel = Select(&obs, e.mem, baseline(obs, &pl)) // only journal entries dropped
+			sel = Select(&obs, e.mem, baseline(obs, pl)) // only journal entries dropped
 		}
 		pl = decide(&obs, e.mem, e.cfg, sel)
 		e.log.Debug("round", "heals", len(done), "observe", observed.Sub(start), "plan", planned.Sub(observed),
@@ -222,7 +222,7 @@ func (e *Engine) learn(obs *Observed, pl *Planned, sel Selection) {
 			e.log.Warn("pins not saved", "err", err)
 		}
 	}
-	e.base = baseline(*obs, pl)
+	e.base = baseline(*obs, *pl)
 	if sel.Size() == 0 && len(pl.Heals) == 0 {
 		e.stats.Unchanged++
 	}

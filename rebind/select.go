@@ -48,19 +48,20 @@ type Baseline struct {
 
 // baseline keeps of obs what Select reads: not the kernel's tables nor
 // their index (megabytes at thousands of listeners).
-func baseline(obs Observed, pl *Planned) *Baseline {
+func baseline(obs Observed, pl Planned) *Baseline {
 	obs.index, obs.Devices, obs.Addrs, obs.Listeners = nil, nil, nil, nil
-	return &Baseline{obs: obs, pl: pl}
+	return &Baseline{obs: obs, pl: &pl}
 }
 
 // Select returns the endpoints a round must decide, from what changed
 // since base: the endpoints of every configfs object created, removed or
 // changed (both its old and its new endpoint), every endpoint whose
 // verdict changed (device, address, listener, GID table), those named by
-// the journal or a manual rebind, and those with a backoff. An input every
-// endpoint reads (an unreadable table, the saved configs, the boot window)
-// selects all, and so does no baseline. The endpoints decided by the clock
-// are decided every round (Selection.has).
+// the journal or a manual rebind. An input every endpoint reads (an
+// unreadable table, the saved configs) selects all, and so does no
+// baseline. The endpoints decided by the clock (a heal due or held by a
+// timer, a backoff, a journal entry, a saved config's declaration while
+// the boot window is open) are decided every round (Selection.has).
 func Select(obs *Observed, mem Memory, base *Baseline) Selection {
 	if base == nil || base.pl == nil {
 		return All()
@@ -68,7 +69,7 @@ func Select(obs *Observed, mem Memory, base *Baseline) Selection {
 	b := &base.obs
 	if !sameErr(obs.DevicesErr, b.DevicesErr) || !sameErr(obs.AddrsErr, b.AddrsErr) ||
 		!sameErr(obs.ListenersErr, b.ListenersErr) || !sameErr(obs.PortalsErr, b.PortalsErr) ||
-		obs.windowOpen() != b.windowOpen() || !reflect.DeepEqual(obs.Declared, b.Declared) {
+		!reflect.DeepEqual(obs.Declared, b.Declared) {
 		return All()
 	}
 	dirty := map[Endpoint]bool{}
@@ -88,7 +89,7 @@ func Select(obs *Observed, mem Memory, base *Baseline) Selection {
 			markPort(obs, i)
 		case i < 0:
 			markPort(b, j)
-		case !samePort(obs.Ports[i], b.Ports[j]) || obs.LinksUnread[obs.Ports[i].ID] != b.LinksUnread[b.Ports[j].ID]:
+		case !samePort(obs.Ports[i], b.Ports[j]):
 			markPort(obs, i)
 			markPort(b, j)
 		}
@@ -126,12 +127,6 @@ func Select(obs *Observed, mem Memory, base *Baseline) Selection {
 				markPortal(p)
 			}
 		}
-	}
-	for ep := range mem.NextTry {
-		dirty[ep] = true
-	}
-	for ep := range mem.Backoff {
-		dirty[ep] = true
 	}
 	return Selection{prev: base.pl, dirty: dirty}
 }
