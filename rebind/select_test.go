@@ -44,8 +44,15 @@ func TestSelectionPlansWhatAFullPlanPlans(t *testing.T) {
 			got := plan(obs, mem, cfg, sel)
 			want := plan(obs, mem, cfg, All())
 			if diff := diffPlans(want, got); diff != "" {
-				t.Logf("dirty %v timed %v", sel.dirty, func() []Endpoint { if sel.prev == nil { return nil }; return sel.prev.timed }())
-				if base != nil { t.Logf("base portals %v", base.obs.Portals) }
+				t.Logf("dirty %v timed %v", sel.dirty, func() []Endpoint {
+					if sel.prev == nil {
+						return nil
+					}
+					return sel.prev.timed
+				}())
+				if base != nil {
+					t.Logf("base portals %v", base.obs.Portals)
+				}
 				t.Fatalf("seed %d round %d: the selection's plan (%d endpoints) differs from the full plan (-full +selection):\n%s\nworld: %s",
 					seed, round, sel.Size(), diff, g)
 			}
