@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/watch"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
@@ -16,13 +15,14 @@ import (
 // n addresses of rxe0/veth0, all listening.
 func bigWorld(b testing.TB, n int) *fakeKernel {
 	b.Helper()
-	k := newFakeKernelAt(stateDir(b)) // tmpfs when there is one
+	k := newFakeKernelAt(b, stateDir(b)) // tmpfs when there is one
 	k.AddDevice("rxe0", 1, "veth0")
 	k.AddDevice("rxe1", 2, "veth1") // 1% of the addresses: the device that resets
+	var nqns []string
 	for s := 0; s < 8; s++ {
-		k.AddSubsystem(fmt.Sprintf("nqn.2024-01.lab:s%d", s))
+		nqns = append(nqns, fmt.Sprintf("nqn.2024-01.lab:s%d", s))
+		k.AddSubsystem(nqns[s])
 	}
-	admin := configfs.NewWithOps(k.Root, k.Admin())
 	for i := 0; i < n; i++ {
 		ip := ipOf(i)
 		if i%100 == 0 {
@@ -30,19 +30,8 @@ func bigWorld(b testing.TB, n int) *fakeKernel {
 		} else {
 			k.AddAddr("veth0", ip)
 		}
-		id := fmt.Sprint(i + 1)
-		k.AddPort(id, "rdma", "ipv4", ip, "4420")
-		for s := 0; s <= i%8; s++ {
-			nqn := fmt.Sprintf("nqn.2024-01.lab:s%d", s)
-			if err := admin.Relink(id, configfs.Link{Name: nqn, NQN: nqn}); err != nil {
-				b.Fatal(err)
-			}
-		}
-		np := ip + ":3260"
-		k.AddPortal("iqn.2024-01.lab:t", "tpgt_1", np)
-		if err := admin.SetISER("iqn.2024-01.lab:t/tpgt_1/"+np, true); err != nil {
-			b.Fatal(err)
-		}
+		k.LinkedPort(fmt.Sprint(i+1), ip, "4420", nqns[:i%8+1]...)
+		k.ISERPortal("iqn.2024-01.lab:t", "tpgt_1", ip+":3260")
 	}
 	return k
 }

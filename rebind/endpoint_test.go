@@ -27,11 +27,8 @@ func TestFakeModelsSharedNPAndStrandedListeners(t *testing.T) {
 	k.AddAddr("veth0", "192.0.2.1")
 	k.AddDevice("rxe0", 1, "veth0")
 	admin := configfs.NewWithOps(k.Root, k.Admin())
-	a, b := "iqn.2024-01.lab:a/tpgt_1/192.0.2.1:3260", "iqn.2024-01.lab:b/tpgt_1/192.0.2.1:3260"
-	k.AddPortal("iqn.2024-01.lab:a", "tpgt_1", "192.0.2.1:3260")
-	k.AddPortal("iqn.2024-01.lab:b", "tpgt_1", "192.0.2.1:3260")
-	must(t, admin.SetISER(a, true))
-	must(t, admin.SetISER(b, true))
+	a := k.ISERPortal("iqn.2024-01.lab:a", "tpgt_1", "192.0.2.1:3260")
+	b := k.ISERPortal("iqn.2024-01.lab:b", "tpgt_1", "192.0.2.1:3260")
 	k.RemoveDevice("rxe0")
 	k.AddDevice("rxe0", 1, "veth0")
 	must(t, admin.SetISER(a, false))
@@ -339,22 +336,11 @@ func sharedWorld(t testing.TB, n int) (*fakeKernel, []string, string) {
 	k := newFakeKernel(t)
 	k.AddAddr("veth0", "192.0.2.1")
 	k.AddDevice("rxe0", 0x11, "veth0")
-	admin := configfs.NewWithOps(k.Root, k.Admin())
 	var ids []string
 	for i := range n {
-		iqn := fmt.Sprintf("iqn.2024-01.lab:vol-%04d", i)
-		k.AddPortal(iqn, "tpgt_1", "192.0.2.1:3260")
-		id := iqn + "/tpgt_1/192.0.2.1:3260"
-		if err := admin.SetISER(id, true); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
+		ids = append(ids, k.ISERPortal(fmt.Sprintf("iqn.2024-01.lab:vol-%04d", i), "tpgt_1", "192.0.2.1:3260"))
 	}
-	k.AddPortal("iqn.2024-01.lab:own", "tpgt_1", "192.0.2.1:3261")
-	own := "iqn.2024-01.lab:own/tpgt_1/192.0.2.1:3261"
-	if err := admin.SetISER(own, true); err != nil {
-		t.Fatal(err)
-	}
+	own := k.ISERPortal("iqn.2024-01.lab:own", "tpgt_1", "192.0.2.1:3261")
 	return k, ids, own
 }
 
@@ -489,14 +475,9 @@ func TestVLANAndMacvlanAddressesHeal(t *testing.T) {
 	k.AddAddr("veth0.100", "192.0.2.1")
 	k.AddAddr("mv0", "198.51.100.1")
 	k.AddDevice("rxe0", 0x11, "veth0")
-	k.AddSubsystem(nqnA)
-	k.AddPort("1", "rdma", "ipv4", "192.0.2.1", "4420")
-	k.AddPort("2", "rdma", "ipv4", "198.51.100.1", "4420")
-	k.AddPortal(iqn, "tpgt_1", "192.0.2.1:3260")
-	admin := configfs.NewWithOps(k.Root, k.Admin())
-	must(t, admin.Relink("1", configfs.Link{Name: nqnA, NQN: nqnA}))
-	must(t, admin.Relink("2", configfs.Link{Name: nqnA, NQN: nqnA}))
-	must(t, admin.SetISER(iqn+"/tpgt_1/192.0.2.1:3260", true))
+	k.LinkedPort("1", "192.0.2.1", "4420", nqnA)
+	k.LinkedPort("2", "198.51.100.1", "4420", nqnA)
+	k.ISERPortal(iqn, "tpgt_1", "192.0.2.1:3260")
 	clk := newClock()
 	e := sharedEngine(t, k, clk, nil, t.TempDir())
 	items, err := e.Reconcile(context.Background())
@@ -537,15 +518,9 @@ func strandedWorld(t *testing.T) (k *fakeKernel, p, p2 string) {
 	k.AddAddr("veth2", "192.0.2.9")
 	k.AddDevice("rxe0", 0x11, "veth0")
 	k.AddDevice("rxe1", 0x22, "veth2")
-	k.AddSubsystem(nqnA)
-	k.AddPort("1", "rdma", "ipv4", "192.0.2.3", "4420")
-	k.AddPortal(iqn, "tpgt_1", "192.0.2.3:3260")
-	k.AddPortal(iqn+"-2", "tpgt_1", "192.0.2.3:3260")
-	p, p2 = iqn+"/tpgt_1/192.0.2.3:3260", iqn+"-2/tpgt_1/192.0.2.3:3260"
-	admin := configfs.NewWithOps(k.Root, k.Admin())
-	must(t, admin.Relink("1", configfs.Link{Name: nqnA, NQN: nqnA}))
-	must(t, admin.SetISER(p, true))
-	must(t, admin.SetISER(p2, true))
+	k.LinkedPort("1", "192.0.2.3", "4420", nqnA)
+	p = k.ISERPortal(iqn, "tpgt_1", "192.0.2.3:3260")
+	p2 = k.ISERPortal(iqn+"-2", "tpgt_1", "192.0.2.3:3260")
 	return k, p, p2
 }
 

@@ -47,14 +47,8 @@ func newWorld(t *testing.T) *world {
 	k.AddAddr("veth0", "192.0.2.1")
 	k.AddAddr("veth0", "2001:db8::1")
 	k.AddDevice("rxe0", 0x80dd69fffe0d1e0b, "veth0")
-	k.AddSubsystem(nqnA)
-	k.AddSubsystem(nqnB)
-	k.AddPort("1", "rdma", "ipv4", "192.0.2.1", "4420")
-	k.AddPortal(iqn, "tpgt_1", "192.0.2.1:3260")
-	admin := configfs.NewWithOps(k.Root, k.Admin())
-	must(t, admin.Relink("1", configfs.Link{Name: nqnA, NQN: nqnA}))
-	must(t, admin.Relink("1", configfs.Link{Name: nqnB, NQN: nqnB}))
-	must(t, admin.SetISER(iqn+"/tpgt_1/192.0.2.1:3260", true))
+	k.LinkedPort("1", "192.0.2.1", "4420", nqnA, nqnB)
+	k.ISERPortal(iqn, "tpgt_1", "192.0.2.1:3260")
 	w := &world{t: t, k: k, clk: newClock(), state: t.TempDir(), cfg: rebind.DefaultConfig()}
 	return w
 }
@@ -112,9 +106,7 @@ func item(items []rebind.Item, id string) rebind.Item {
 func TestHealthyIsUntouched(t *testing.T) {
 	w := newWorld(t)
 	w.k.AddPort("2", "tcp", "ipv4", "192.0.2.1", "4420")
-	w.k.AddPort("3", "rdma", "ipv4", "0.0.0.0", "4430")
-	admin := configfs.NewWithOps(w.k.Root, w.k.Admin())
-	must(t, admin.Relink("3", configfs.Link{Name: nqnA, NQN: nqnA}))
+	w.k.LinkedPort("3", "0.0.0.0", "4430", nqnA)
 	e := w.engine()
 	items := w.reconcile(e)
 	if log := w.k.LogStrings(); len(log) != 0 {
@@ -258,9 +250,8 @@ func (*configfsErr) Unwrap() error { return errAddrNotAvail }
 
 func TestAdminRemovalRespected(t *testing.T) {
 	w := newWorld(t)
-	w.k.AddPort("2", "rdma", "ipv4", "192.0.2.1", "4421")
+	w.k.LinkedPort("2", "192.0.2.1", "4421", nqnA)
 	admin := configfs.NewWithOps(w.k.Root, w.k.Admin())
-	must(t, admin.Relink("2", configfs.Link{Name: nqnA, NQN: nqnA}))
 	e := w.engine()
 	w.reconcile(e)
 	w.k.RemoveDevice("rxe0")
@@ -298,9 +289,7 @@ func TestAdminChangeAfterTheRoundsJournal(t *testing.T) {
 			w := newWorld(t)
 			admin := configfs.NewWithOps(w.k.Root, w.k.Admin())
 			for _, id := range []string{"2", "3"} {
-				w.k.AddPort(id, "rdma", "ipv4", "192.0.2.1", "442"+id)
-				must(t, admin.Relink(id, configfs.Link{Name: nqnA, NQN: nqnA}))
-				must(t, admin.Relink(id, configfs.Link{Name: nqnB, NQN: nqnB}))
+				w.k.LinkedPort(id, "192.0.2.1", "442"+id, nqnA, nqnB)
 			}
 			w.reconcile(w.engine())
 			w.reset()
@@ -368,9 +357,8 @@ func TestUnchangedRoundSkipsThePlan(t *testing.T) {
 	// leaves the kernel's listener as it was (only configfs changes).
 	const iqn2 = "iqn.2003-01.org.example:shared"
 	const shared = iqn2 + "/tpgt_1/192.0.2.1:3260"
-	w.k.AddPortal(iqn2, "tpgt_1", "192.0.2.1:3260")
+	w.k.ISERPortal(iqn2, "tpgt_1", "192.0.2.1:3260")
 	admin := configfs.NewWithOps(w.k.Root, w.k.Admin())
-	must(t, admin.SetISER(shared, true))
 	e := w.engine()
 	unchanged := func() uint64 { return e.Snapshot().Stats.Unchanged }
 	w.reconcile(e)
@@ -775,8 +763,7 @@ func TestNoRebindWhileTheSameDeviceIsStillRegistered(t *testing.T) {
 // rebinds: the plan's, and one more that verifies every action of a round.
 func TestOneCMIDDumpPerObservation(t *testing.T) {
 	w := newWorld(t)
-	w.k.AddPort("2", "rdma", "ipv4", "192.0.2.1", "4421")
-	must(t, configfs.NewWithOps(w.k.Root, w.k.Admin()).Relink("2", configfs.Link{Name: nqnA, NQN: nqnA}))
+	w.k.LinkedPort("2", "192.0.2.1", "4421", nqnA)
 	e := w.engine()
 	w.reconcile(e)
 	if n := w.k.CMIDCalls(); n != 1 {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/watch"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
@@ -154,11 +153,7 @@ func BenchmarkEventBurst(b *testing.B) {
 			k := newFakeKernel(b)
 			k.AddAddr("veth0", "192.0.2.1")
 			k.AddDevice("rxe0", 1, "veth0")
-			k.AddSubsystem("nqn.a")
-			k.AddPort("1", "rdma", "ipv4", "192.0.2.1", "4420")
-			if err := configfs.NewWithOps(k.Root, k.Admin()).Relink("1", configfs.Link{Name: "nqn.a", NQN: "nqn.a"}); err != nil {
-				b.Fatal(err)
-			}
+			k.LinkedPort("1", "192.0.2.1", "4420", "nqn.a")
 			clk := newWriteClock(k)
 			e, beats := runLoop(b, k, k.FS())
 			lat := make([]time.Duration, 0, b.N)

@@ -48,20 +48,16 @@ func newShapeWorld(t *testing.T, s shape) *world {
 	k.AddAddr("veth0", "192.0.2.1")
 	k.AddAddr("veth0", "2001:db8::1")
 	k.AddDevice("rxe0", rxeGUID, "veth0")
-	admin := configfs.NewWithOps(k.Root, k.Admin())
 	if s.subs > 0 {
-		k.AddPort("1", "rdma", "ipv4", "192.0.2.1", "4420")
+		var nqns []string
 		for i := range s.subs {
-			nqn := fmt.Sprintf("nqn.2024-01.lab:s%02d", i)
-			k.AddSubsystem(nqn)
-			must(t, admin.Relink("1", configfs.Link{Name: nqn, NQN: nqn}))
+			nqns = append(nqns, fmt.Sprintf("nqn.2024-01.lab:s%02d", i))
 		}
+		k.LinkedPort("1", "192.0.2.1", "4420", nqns...)
 	}
 	if s.portals {
-		k.AddPortal(iqn, "tpgt_1", "192.0.2.1:3260")
-		k.AddPortal(iqn, "tpgt_1", "[2001:db8::1]:3260")
-		must(t, admin.SetISER(portal, true))
-		must(t, admin.SetISER(portal6, true))
+		k.ISERPortal(iqn, "tpgt_1", "192.0.2.1:3260")
+		k.ISERPortal(iqn, "tpgt_1", "[2001:db8::1]:3260")
 	}
 	return &world{t: t, k: k, clk: newClock(), state: t.TempDir(), cfg: rebind.DefaultConfig()}
 }
@@ -338,9 +334,7 @@ func TestJournalCorruptionVariants(t *testing.T) {
 			w := newWorld(t)
 			w.k.AddSubsystem(nqnC) // exists, linked nowhere
 			// An unrelated, healthy port that must never be written.
-			w.k.AddPort("2", "rdma", "ipv4", "192.0.2.1", "4421")
-			admin := configfs.NewWithOps(w.k.Root, w.k.Admin())
-			must(t, admin.Relink("2", configfs.Link{Name: nqnA, NQN: nqnA}))
+			w.k.LinkedPort("2", "192.0.2.1", "4421", nqnA)
 			j, err := state.Open(w.state)
 			must(t, err)
 			tt.prepare(t, w, j)

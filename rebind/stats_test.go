@@ -5,7 +5,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
@@ -18,15 +17,7 @@ func TestWriteTimeIsCounted(t *testing.T) {
 	k := newFakeKernel(t)
 	k.AddAddr("veth0", "192.0.2.1")
 	k.AddDevice("rxe0", 1, "veth0")
-	k.AddSubsystem("nqn.a")
-	k.AddSubsystem("nqn.b")
-	k.AddPort("1", "rdma", "ipv4", "192.0.2.1", "4420")
-	admin := configfs.NewWithOps(k.Root, k.Admin())
-	for _, n := range []string{"nqn.a", "nqn.b"} {
-		if err := admin.Relink("1", configfs.Link{Name: n, NQN: n}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	k.LinkedPort("1", "192.0.2.1", "4420", "nqn.a", "nqn.b")
 	j, err := state.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -94,11 +85,7 @@ func TestVerificationReusesGIDTables(t *testing.T) {
 	k := newFakeKernel(t)
 	k.AddAddr("veth0", "192.0.2.1")
 	k.AddDevice("rxe0", 1, "veth0")
-	k.AddSubsystem("nqn.a")
-	k.AddPort("1", "rdma", "ipv4", "192.0.2.1", "4420")
-	if err := configfs.NewWithOps(k.Root, k.Admin()).Relink("1", configfs.Link{Name: "nqn.a", NQN: "nqn.a"}); err != nil {
-		t.Fatal(err)
-	}
+	k.LinkedPort("1", "192.0.2.1", "4420", "nqn.a")
 	r := &reuser{fakeKernel: k}
 	j, err := state.Open(t.TempDir())
 	if err != nil {

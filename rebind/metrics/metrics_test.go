@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/metrics"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma/rdmatest"
@@ -25,11 +24,7 @@ func portWorld(t *testing.T) (*rdmatest.System, *state.Store) {
 	k := newFakeKernel(t)
 	k.AddAddr("veth0", "192.0.2.1")
 	k.AddDevice("rxe0", 1, "veth0")
-	k.AddSubsystem("nqn.a")
-	k.AddPort("1", "rdma", "ipv4", "192.0.2.1", "4420")
-	if err := configfs.NewWithOps(k.Root, k.Admin()).Relink("1", configfs.Link{Name: "nqn.a", NQN: "nqn.a"}); err != nil {
-		t.Fatal(err)
-	}
+	k.LinkedPort("1", "192.0.2.1", "4420", "nqn.a")
 	j, err := state.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

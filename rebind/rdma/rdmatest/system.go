@@ -1,9 +1,19 @@
 package rdmatest
 
 import (
+	"net/netip"
+
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
 )
+
+// TB is what a System needs of its test (testing.TB has it): a temporary
+// directory, and a way to fail the test when building the world fails.
+type TB interface {
+	TempDir() string
+	Helper()
+	Fatalf(format string, args ...any)
+}
 
 // System is the two fakes wired together, what tests of the engine use:
 // the configfs tree (configfstest.Fake) binding its listeners through this
@@ -11,42 +21,80 @@ import (
 type System struct {
 	*configfstest.Fake
 	*Kernel
+
+	tb TB // fails the test when LinkedPort or ISERPortal fails
 }
 
 // NewSystem makes both in a temporary directory of tb.
-func NewSystem(tb interface{ TempDir() string }) *System { return NewSystemAt(tb.TempDir()) }
+func NewSystem(tb TB) *System { return NewSystemAt(tb, tb.TempDir()) }
 
 // NewSystemAt makes both with the configfs tree under root, an empty
 // directory (e.g. on tmpfs for benchmarks).
-func NewSystemAt(root string) *System {
+func NewSystemAt(tb TB, root string) *System {
 	r := New()
-	return &System{configfstest.NewAt(root, r), r}
+	return &System{configfstest.NewAt(root, r), r, tb}
 }
 
 // String summarises both sides, for test failure messages.
 func (s *System) String() string { return s.Fake.String() + " | " + s.Kernel.String() }
+
+// --- the world builder: what an admin sets up before a test ---
+//
+// Both build through the admin's operations (Fake.Admin): nothing goes to
+// the write log, and the listeners come up as the kernel would make them.
+// A failure fails the test.
+
+// LinkedPort creates the subsystems nqns that are missing (in order), the
+// rdma nvmet port id on ip:svc (addr_adrfam ipv4 or ipv6 from ip), then
+// links the subsystems to it in order, as `ln -s` would: the port listens
+// once its first link is made. Ports of other transports, ports without
+// links or with addresses that do not parse are Fake.AddPort's.
+func (s *System) LinkedPort(id, ip, svc string, nqns ...string) {
+	s.tb.Helper()
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		s.tb.Fatalf("rdmatest: nvmet port %s: %v", id, err)
+	}
+	adrfam := "ipv4"
+	if a.Is6() && !a.Is4In6() {
+		adrfam = "ipv6"
+	}
+	for _, nqn := range nqns {
+		s.AddSubsystem(nqn) // a no-op when it exists
+	}
+	s.AddPort(id, "rdma", adrfam, ip, svc)
+	admin := configfs.NewWithOps(s.Root, s.Admin())
+	for _, nqn := range nqns {
+		if err := admin.Relink(id, configfs.Link{Name: nqn, NQN: nqn}); err != nil {
+			s.tb.Fatalf("rdmatest: %v", err)
+		}
+	}
+}
+
+// ISERPortal creates the LIO portal target/iscsi/<iqn>/<tpg>/np/<np> and
+// sets its iser to 1, as `echo 1 > iser` would: the np listens (or joins
+// the np other portals share). It returns the portal's id, iqn/tpg/np.
+func (s *System) ISERPortal(iqn, tpg, np string) string {
+	s.tb.Helper()
+	id := iqn + "/" + tpg + "/" + np
+	s.AddPortal(iqn, tpg, np)
+	if err := configfs.NewWithOps(s.Root, s.Admin()).SetISER(id, true); err != nil {
+		s.tb.Fatalf("rdmatest: %v", err)
+	}
+	return id
+}
 
 // NewTargetPair is the world most engine tests start from: rxe0 (node GUID
 // 0x11) on veth0 holding 192.0.2.1, nvmet port 1 on 192.0.2.1:4420 linked
 // to subsystem nqn, and a LIO portal 192.0.2.1:3260 of target iqn
 // (tpgt_1) with iser=1 — both listening. The links are made as an admin
 // would, so the write log starts empty.
-func NewTargetPair(tb interface {
-	TempDir() string
-	Fatal(...any)
-}, nqn, iqn string) *System {
+func NewTargetPair(tb TB, nqn, iqn string) *System {
+	tb.Helper()
 	s := NewSystem(tb)
 	s.AddAddr("veth0", "192.0.2.1")
 	s.AddDevice("rxe0", 0x11, "veth0")
-	s.AddSubsystem(nqn)
-	s.AddPort("1", "rdma", "ipv4", "192.0.2.1", "4420")
-	s.AddPortal(iqn, "tpgt_1", "192.0.2.1:3260")
-	admin := configfs.NewWithOps(s.Root, s.Admin())
-	if err := admin.Relink("1", configfs.Link{Name: nqn, NQN: nqn}); err != nil {
-		tb.Fatal(err)
-	}
-	if err := admin.SetISER(iqn+"/tpgt_1/192.0.2.1:3260", true); err != nil {
-		tb.Fatal(err)
-	}
+	s.LinkedPort("1", "192.0.2.1", "4420", nqn)
+	s.ISERPortal(iqn, "tpgt_1", "192.0.2.1:3260")
 	return s
 }
