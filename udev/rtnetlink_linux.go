@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/backoff"
 
@@ -50,19 +49,17 @@ func watchRtnetlink(ctx context.Context, poke func(Hint), opts Options, sub rtnl
 		force:        hasNetAdmin(),
 		listExisting: true,
 	}
-	b := backoff.Backoff{Min: o.MinBackoff, Max: o.MaxBackoff}
-	reason := "rtnetlink subscribed"
-	for {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		start := time.Now()
-		err := rtnlSession(ctx, poke, so, sub, st, reason)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		st.errors.Add(1)
-		st.reconnects.Add(1)
+	s := stream{
+		source: SourceRtnetlink,
+		first:  "rtnetlink subscribed",
+		poke:   poke,
+		st:     st,
+		b:      backoff.Backoff{Min: o.MinBackoff, Max: o.MaxBackoff},
+	}
+	// A failed subscription is not marked notConnected: it counts as a
+	// renewal, like a session that ended at once.
+	return resubscribe(ctx, s, func(ctx context.Context, resync func()) error {
+		err := rtnlSession(ctx, poke, so, sub, st, resync)
 		if errors.Is(err, unix.EPERM) {
 			switch {
 			case so.force:
@@ -75,13 +72,8 @@ func watchRtnetlink(ctx context.Context, poke func(Hint), opts Options, sub rtnl
 				so.listExisting = false
 			}
 		}
-		reason = fmt.Sprintf("resync after %v", err)
-		if time.Since(start) >= o.MaxBackoff {
-			b.Reset()
-		} else if !wait(ctx, b.Next()) {
-			return ctx.Err()
-		}
-	}
+		return err
+	})
 }
 
 type subOptions struct {
@@ -98,8 +90,9 @@ func ignorable(err error) bool {
 }
 
 // rtnlSession runs one pair of subscriptions until one fails or ctx is done,
-// and returns only once both subscription goroutines have ended.
-func rtnlSession(ctx context.Context, poke func(Hint), so subOptions, sub rtnlSubscriber, st *counters, reason string) error {
+// and returns only once both subscription goroutines have ended. It calls
+// resync once both are subscribed.
+func rtnlSession(ctx context.Context, poke func(Hint), so subOptions, sub rtnlSubscriber, st *counters, resync func()) error {
 	done := make(chan struct{})
 	errc := make(chan error, 1)
 	onError := func(kind string, err error) {
@@ -152,8 +145,7 @@ func rtnlSession(ctx context.Context, poke func(Hint), so subOptions, sub rtnlSu
 	}
 	links = l
 
-	st.resyncs.Add(1)
-	poke(Hint{Source: SourceRtnetlink, Reason: reason, Resync: true})
+	resync()
 	for {
 		select {
 		case <-ctx.Done():

@@ -4,12 +4,14 @@
 //
 // A hint only says "look again"; this package never decides anything. Every
 // stream resubscribes after an error and then pokes a Resync hint, because
-// events may have been lost in between. The package does not log: what went
-// wrong is reported in Hint.Reason and counted in Stats.
+// events may have been lost in between. Both watchers share one reconnect
+// policy, the unexported resubscribe (resubscribe.go): backoff between
+// attempts, reset after a healthy session, the counting and the Resync hint.
+// The package does not log: what went wrong is reported in Hint.Reason and
+// counted in Stats.
 package udev
 
 import (
-	"context"
 	"fmt"
 	"path"
 	"strconv"
@@ -186,18 +188,5 @@ func (c *counters) load() Counts {
 		Errors:     c.errors.Load(),
 		Reconnects: c.reconnects.Load(),
 		Resyncs:    c.resyncs.Load(),
-	}
-}
-
-// backoff doubles from min to max; reset starts over.
-// wait returns false when ctx is done first.
-func wait(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

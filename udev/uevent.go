@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/backoff"
 )
@@ -36,43 +35,29 @@ func WatchUevents(ctx context.Context, poke func(Hint), opts Options) error {
 		o.Dial = func() (Conn, error) { return dialUevents(rcvbuf) }
 	}
 	st := &o.Stats.uevent
-	b := backoff.Backoff{Min: o.MinBackoff, Max: o.MaxBackoff}
-	reason := "uevent socket open"
-	for {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
+	s := stream{
+		source: SourceUevent,
+		first:  "uevent socket open",
+		poke:   poke,
+		st:     st,
+		b:      backoff.Backoff{Min: o.MinBackoff, Max: o.MaxBackoff},
+	}
+	return resubscribe(ctx, s, func(ctx context.Context, resync func()) error {
 		conn, err := o.Dial()
-		if err != nil {
-			if errors.Is(err, errors.ErrUnsupported) {
-				return err
-			}
-			st.errors.Add(1)
-			reason = fmt.Sprintf("resync after %v", err)
-			if !wait(ctx, b.Next()) {
-				return ctx.Err()
-			}
-			continue
+		if errors.Is(err, errors.ErrUnsupported) {
+			return fatal(err)
 		}
-		st.resyncs.Add(1)
-		poke(Hint{Source: SourceUevent, Reason: reason, Resync: true})
-
-		start := time.Now()
+		if err != nil {
+			return notConnected(err)
+		}
+		resync()
 		readErr := readUevents(ctx, conn, poke, st)
 		closeErr := conn.Close()
 		if ctx.Err() != nil {
 			return errors.Join(ctx.Err(), closeErr)
 		}
-		err = errors.Join(readErr, closeErr)
-		st.errors.Add(1)
-		st.reconnects.Add(1)
-		reason = fmt.Sprintf("resync after %v", err)
-		if time.Since(start) >= o.MaxBackoff {
-			b.Reset()
-		} else if !wait(ctx, b.Next()) {
-			return ctx.Err()
-		}
-	}
+		return errors.Join(readErr, closeErr)
+	})
 }
 
 // readUevents returns on the first read error, or nil when ctx is done.
