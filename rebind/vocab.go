@@ -95,8 +95,19 @@ const (
 	StateUnknown                // the cm_id table could not be read
 )
 
-func (s State) String() string {
-	return [...]string{"", "listening", "dead", "stranded", "unknown"}[s]
+var stateNames = [...]string{"", "listening", "dead", "stranded", "unknown"}
+
+func (s State) String() string { return stateNames[s] }
+
+// ParseState reads a state as String renders it (`status --json`'s
+// "state"); a name it does not know is StateUnknown.
+func ParseState(name string) State {
+	for i, n := range stateNames {
+		if n == name {
+			return State(i)
+		}
+	}
+	return StateUnknown
 }
 
 // Listening says whether the listener is up where its address is carried:
@@ -223,13 +234,16 @@ func (h Health) String() string {
 	return [...]string{"", "alive", "dead", "stranded", "unknown"}[h]
 }
 
-// Health derives the item's health from its state: the one function
-// metrics and check read.
-func (it Item) Health() Health {
-	if !it.Managed || !it.Expected {
+// Health is the item's health: State.Health.
+func (it Item) Health() Health { return it.State.Health(it.Managed, it.Expected) }
+
+// Health derives what an object in this state counts as: the one function
+// metrics, status and check read.
+func (s State) Health(managed, expected bool) Health {
+	if !managed || !expected {
 		return HealthNone
 	}
-	switch it.State {
+	switch s {
 	case StateListening:
 		return HealthAlive
 	case StateDead:

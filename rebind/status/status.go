@@ -108,27 +108,22 @@ const (
 	Unknown Health = 2 // cannot tell
 )
 
-// Check judges a report: dead wins over unknown.
+// Check judges a report from each listener's state (rebind.State.Health,
+// what the metrics count too): dead wins over unknown.
 func Check(r StatusReport) (Health, []string) {
 	h := Healthy
 	var why []string
 	for _, l := range r.Listeners {
-		if !l.Managed || !l.Expected {
-			continue
-		}
-		switch {
-		case l.Listening == nil:
+		switch hl := rebind.ParseState(l.State).Health(l.Managed, l.Expected); hl {
+		case rebind.HealthNone, rebind.HealthAlive:
+		case rebind.HealthUnknown:
 			if h == Healthy {
 				h = Unknown
 			}
 			why = append(why, l.Kind+" "+l.ID+": listening unknown")
-		case !*l.Listening:
+		default:
 			h = Dead
-			what := "dead"
-			if l.State == "stranded" {
-				what = "stranded"
-			}
-			why = append(why, l.Kind+" "+l.ID+" ("+l.Address+":"+l.Service+"): "+what+": "+l.Reason)
+			why = append(why, l.Kind+" "+l.ID+" ("+l.Address+":"+l.Service+"): "+hl.String()+": "+l.Reason)
 		}
 	}
 	return h, why

@@ -67,12 +67,12 @@ func TestCheck(t *testing.T) {
 			wantWhy: []string{"nvmet 7 (192.0.2.1:4420): stranded: LISTEN on mlx5_0, address on mlx5_1"},
 		},
 		{
-			name: "not listening with another state says dead",
+			name: "the verdict is the state's: a state this version does not know is unknown, whatever listening says",
 			listeners: []status.ListenerStatus{listener("3", func(l *status.ListenerStatus) {
-				l.Listening, l.State, l.Reason = boolp(false), "", "gone"
+				l.Listening, l.State, l.Reason = boolp(false), "half-open", "gone"
 			})},
-			want:    status.Dead,
-			wantWhy: []string{"nvmet 3 (192.0.2.1:4420): dead: gone"},
+			want:    status.Unknown,
+			wantWhy: []string{"nvmet 3: listening unknown"},
 		},
 		{
 			name: "lio portal",
