@@ -57,11 +57,33 @@ type Link struct {
 	NQN  string `json:"nqn"`  // the subsystem it points at (nvmet/subsystems/<NQN>)
 }
 
+// Transport is a port's addr_trtype as the kernel spells it
+// (nvmet_transport_names, drivers/nvme/target/configfs.c).
+type Transport string
+
+// The transports the engine tells apart.
+const (
+	TransportRDMA Transport = "rdma"
+	TransportTCP  Transport = "tcp"
+)
+
+// AddrFamily is a port's addr_adrfam (nvmet_addr_family).
+type AddrFamily string
+
+// The address families.
+const (
+	FamilyIPv4 AddrFamily = "ipv4"
+	FamilyIPv6 AddrFamily = "ipv6"
+)
+
+// IP reports an IP family (ipv4, ipv6): an address rdma_cm or TCP binds.
+func (f AddrFamily) IP() bool { return f == FamilyIPv4 || f == FamilyIPv6 }
+
 // Port is one NVMe-oF target port, nvmet/ports/<ID>.
 type Port struct {
-	ID      string // nvmet/ports/<ID>
-	Trtype  string // addr_trtype: rdma, tcp, fc, loop, pci
-	Adrfam  string // addr_adrfam: ipv4, ipv6, ib, fc, loop
+	ID      string     // nvmet/ports/<ID>
+	Trtype  Transport  // addr_trtype: rdma, tcp, fc, loop, pci
+	Adrfam  AddrFamily // addr_adrfam: ipv4, ipv6, ib, fc, loop
 	Traddr  string // addr_traddr: bare address, no brackets for IPv6
 	Trsvcid string // addr_trsvcid: the service (TCP/RDMA port) as text
 	Links   []Link // subsystems/*: in creation order
@@ -238,7 +260,8 @@ func (f *FS) portFrom(id string, a Attrs) (Port, error) {
 		return Port{}, fmt.Errorf("nvmet port %s: %w", id, a.Err)
 	}
 	p := Port{ID: id}
-	dst := []*string{&p.Trtype, &p.Adrfam, &p.Traddr, &p.Trsvcid}
+	var trtype, adrfam string
+	dst := []*string{&trtype, &adrfam, &p.Traddr, &p.Trsvcid}
 	for i, name := range portAttrs {
 		if err := a.Errs[i]; err != nil {
 			if g := f.gone(id); g != nil {
@@ -249,6 +272,7 @@ func (f *FS) portFrom(id string, a Attrs) (Port, error) {
 		}
 		*dst[i] = a.Values[i]
 	}
+	p.Trtype, p.Adrfam = Transport(trtype), AddrFamily(adrfam)
 	return p, nil
 }
 

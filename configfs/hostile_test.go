@@ -147,7 +147,7 @@ func reported(want string) func(t *testing.T, ports []configfs.Port) {
 		case aerr != nil:
 			msg = aerr.Error()
 		case p.Trtype != "rdma" || (p.Adrfam != "ipv4" && p.Adrfam != "ipv6"):
-			msg = "not rdma ipv4/ipv6: " + p.Trtype + " " + p.Adrfam
+			msg = "not rdma ipv4/ipv6: " + string(p.Trtype) + " " + string(p.Adrfam)
 		default:
 			t.Fatalf("port 1 read without complaint: %+v", p)
 		}

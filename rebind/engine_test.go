@@ -679,7 +679,7 @@ func TestPlanTable(t *testing.T) {
 	devs := []rdma.Device{{Index: 0, Name: "rxe0", NodeGUID: 1, Ports: []rdma.Port{{Index: 1, NetdevIndex: 4, Netdev: "veth0"}}}}
 	addrs := []rdma.Addr{{Ifindex: 4, Netdev: "veth0", IP: mustAddr("192.0.2.1")}, {Ifindex: 5, Netdev: "eth9", IP: mustAddr("198.51.100.1")}}
 	port := func(id, tr, addr string, links ...string) configfs.Port {
-		p := configfs.Port{ID: id, Trtype: tr, Adrfam: "ipv4", Traddr: addr, Trsvcid: "4420"}
+		p := configfs.Port{ID: id, Trtype: configfs.Transport(tr), Adrfam: "ipv4", Traddr: addr, Trsvcid: "4420"}
 		for _, l := range links {
 			p.Links = append(p.Links, configfs.Link{Name: l, NQN: l})
 		}

@@ -69,13 +69,13 @@ func classifyPort(obs *Observed, i int, cfg Config) Item {
 	case port.Err != nil:
 		it.Reason = "not touched: " + port.Err.Error()
 		return it
-	case port.Trtype != "rdma":
+	case port.Trtype != configfs.TransportRDMA:
 		it.Reason = fmt.Sprintf("transport %q is not rdma", port.Trtype)
 		if a.err == nil {
 			it.Address, it.Service = a.ap.Addr(), a.ap.Port()
 		}
 		return it
-	case port.Adrfam != "ipv4" && port.Adrfam != "ipv6":
+	case !port.Adrfam.IP():
 		it.Reason = fmt.Sprintf("address family %q is not ipv4 or ipv6", port.Adrfam)
 		return it
 	case a.err != nil:

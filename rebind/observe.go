@@ -146,7 +146,7 @@ func prepared(obs Observed) Observed {
 // portEndpoint is Ports[i]'s endpoint, when it has a specific RDMA address.
 func (o *Observed) portEndpoint(i int) (Endpoint, bool) {
 	p, a := o.Ports[i], o.portAddr[i]
-	if p.Trtype != "rdma" || a.err != nil || a.ap.Addr().IsUnspecified() {
+	if p.Trtype != configfs.TransportRDMA || a.err != nil || a.ap.Addr().IsUnspecified() {
 		return Endpoint{}, false
 	}
 	return Endpoint{KindNvmet, a.ap}, true
@@ -211,7 +211,7 @@ func (e *Engine) observe(cfg Config, prev []rdma.Device, into *rdma.Index) (Obse
 		a.ap, a.err = p.Addr()
 		needLinks := true
 		if _, journaled := obs.Journal[Key{KindNvmet, p.ID}]; p.Err == nil && !journaled && !declared[p.ID] &&
-			p.Trtype == "rdma" && a.err == nil && !a.ap.Addr().IsUnspecified() {
+			p.Trtype == configfs.TransportRDMA && a.err == nil && !a.ap.Addr().IsUnspecified() {
 			needLinks = obs.verdict(Endpoint{KindNvmet, a.ap}).State != StateListening
 		}
 		switch {

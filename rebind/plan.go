@@ -179,7 +179,7 @@ func dropGone(obs *Observed) []Heal {
 // a readable RDMA port with a specific, watched address.
 func managedPort(obs *Observed, i int, cfg Config) (Endpoint, bool) {
 	ep, ok := obs.portEndpoint(i)
-	if !ok || obs.Ports[i].Err != nil || (obs.Ports[i].Adrfam != "ipv4" && obs.Ports[i].Adrfam != "ipv6") {
+	if !ok || obs.Ports[i].Err != nil || !obs.Ports[i].Adrfam.IP() {
 		return Endpoint{}, false
 	}
 	return ep, watched(cfg, ep.Addr.Addr())
