@@ -184,7 +184,7 @@ func cmdTrigger(c *cli.Context) error {
 }
 
 func cmdRebind(c *cli.Context) error {
-	k, err := daemon.KeyOf(c.Args().First())
+	k, err := status.KeyOf(c.Args().First())
 	if err != nil || c.NArg() != 1 {
 		if err == nil {
 			err = errors.New("give one port id or portal id (see `nvmet-rebind status`)")
@@ -206,7 +206,7 @@ func cmdRebind(c *cli.Context) error {
 		if rerr != nil {
 			return exit(2, rerr)
 		}
-		ls, err = daemon.Find(items, env.Engine.Snapshot(), k)
+		ls, err = status.Find(items, env.Engine.Snapshot(), k)
 	}
 	if err != nil {
 		return exit(2, err)

@@ -1,9 +1,23 @@
-// Package daemon wires nvmet-rebind together: the engine over the live
-// kernel and configfs, the state directory, the event sources, the control
-// socket, metrics and systemd's notification protocol. Run is the daemon
-// (`nvmet-rebind run`): its tasks run in one errgroup, and the engine's
-// loop is the only writer of configfs. Open builds an engine for the
-// commands that run without a daemon, read-only unless asked to write.
+// Package daemon is `nvmet-rebind run`: the engine over the live kernel and
+// configfs, the state directory, and the daemon's tasks, each a long-lived
+// piece run in one errgroup until the daemon stops or one of them fails:
+//
+//   - uevents and rtnetlink (tasks.go): the kernel's event streams; their
+//     hints poke the engine, never decide
+//   - reconciler (tasks.go): the engine's loop, the only writer of
+//     configfs; after its first full reconcile systemd is told READY=1, and
+//     each round and beat sends WATCHDOG=1
+//   - memory trim (trim.go): returns the garbage of a burst of rounds to the
+//     system once the loop is quiet (off when GOGC or GOMEMLIMIT is set)
+//   - metrics (tasks.go): /metrics on a loopback address, when asked for
+//   - metrics textfile (textfile.go): node_exporter's textfile, after every
+//     round and at least every resync interval
+//   - control (control.go): the control socket (status, trigger, reload,
+//     rebind)
+//   - reload (control.go): SIGHUP, the same reload as the control socket's
+//
+// Open (env.go) builds an engine for the commands that run without a
+// daemon, read-only unless asked to write; Lock keeps two writers apart.
 package daemon
 
 import (
@@ -13,124 +27,18 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"runtime/debug"
-	rtmetrics "runtime/metrics"
 	"strings"
 	"syscall"
 	"time"
 
 	sd "github.com/coreos/go-systemd/v22/daemon"
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/sys/unix"
 
-	"github.com/nvmet-rebind/nvmet-rebind/configfs"
-	"github.com/nvmet-rebind/nvmet-rebind/configfs/watch"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/config"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/control"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/metrics"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/saved"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/status"
 	"github.com/nvmet-rebind/nvmet-rebind/udev"
 )
-
-// Paths are the roots and files the daemon uses (flags of the command).
-type Paths struct {
-	Config   string // the TOML config
-	Configfs string // configfs mount point
-	Sysfs    string // sysfs mount point
-	State    string // journal, pins, lock
-	Run      string // control socket
-}
-
-// Socket is the control socket's path.
-func (p Paths) Socket() string { return filepath.Join(p.Run, "control.sock") }
-
-// Mode says what an engine built by Open may do.
-type Mode int
-
-// Modes.
-const (
-	ReadOnly Mode = iota // status, check, plan: writes nothing anywhere
-	Write                // trigger, rebind without a daemon (under Lock)
-)
-
-// Env is an engine over the live system.
-type Env struct {
-	Config rebind.Config
-	Engine *rebind.Engine
-	Kernel *rdma.Live
-	Store  *state.Store
-	// Model is the daemon's inotify model of configfs (nil: configfs is
-	// read whole at every observation, as the one-shot commands do).
-	Model *watch.Model
-}
-
-// Close releases the kernel sockets and the model's inotify descriptor.
-func (e *Env) Close() error {
-	if e.Model != nil {
-		e.Model.Close()
-	}
-	return e.Kernel.Close()
-}
-
-// Open builds an engine over the live kernel. ReadOnly never creates,
-// changes or removes anything (the state directory is opened read-only and
-// the engine runs dry); Write opens the state directory for the writer and
-// cleans it: the caller must hold Lock.
-func Open(p Paths, log *slog.Logger, mode Mode, fault func(string) bool) (*Env, error) {
-	return open(p, log, mode, fault, 0, false)
-}
-
-// open builds the engine; with model, configfs is read through an inotify
-// model of it (the daemon), else whole at every observation.
-func open(p Paths, log *slog.Logger, mode Mode, fault func(string) bool, heartbeat time.Duration, model bool) (*Env, error) {
-	cfg, err := config.Load(p.Config)
-	if err != nil {
-		return nil, err
-	}
-	env := &Env{Config: cfg, Kernel: rdma.NewLive(p.Sysfs)}
-	fsys := configfs.New(p.Configfs)
-	var tree rebind.Tree = fsys
-	if model {
-		rescan := cfg.RescanInterval
-		if rescan == 0 {
-			rescan = -1
-		}
-		m, err := watch.New(fsys, watch.Options{RescanEvery: rescan, Logger: log})
-		if err != nil {
-			// No inotify (instances exhausted, a seccomp filter): the
-			// daemon still works, reading configfs whole every time.
-			log.Warn("configfs model unavailable; reading configfs whole at every event", "err", err)
-		} else {
-			env.Model, tree = m, m
-		}
-	}
-	opts := rebind.Options{Tree: tree, Kernel: env.Kernel, Config: cfg, Logger: log,
-		Declared: saved.Load, HeartbeatEvery: heartbeat}
-	if mode == ReadOnly {
-		env.Store = state.OpenReadOnly(p.State)
-		opts.DryRun = true
-	} else {
-		if env.Store, err = state.Open(p.State); err != nil {
-			return nil, err
-		}
-		moved, err := env.Store.Clean()
-		for _, m := range moved {
-			log.Error("journal entry ignored", "err", m)
-		}
-		if err != nil {
-			return nil, err
-		}
-		opts.Fault, opts.Quarantined = fault, moved
-	}
-	opts.Store = env.Store
-	env.Engine = rebind.New(opts)
-	return env, nil
-}
 
 // SetupError is a failure before the daemon started its tasks (a bad
 // config, the lock held by another daemon, the socket): the command exits 2.
@@ -153,113 +61,41 @@ type RunOptions struct {
 	NoWatch bool
 }
 
-// Run is the daemon: until ctx is done or a task fails.
-func Run(ctx context.Context, p Paths, log *slog.Logger, o RunOptions) error {
-	var beat time.Duration
-	if d, err := sd.SdWatchdogEnabled(false); err != nil {
-		return &SetupError{fmt.Errorf("systemd watchdog: %w", err)}
-	} else if d > 0 {
-		beat = d / 2
-	}
-	unlock, err := Lock(p.State)
-	if err != nil {
-		return &SetupError{err}
-	}
-	defer unlock()
-	mode := Write
-	if o.DryRun {
-		mode = ReadOnly
-	}
-	env, err := open(p, log, mode, o.Fault, beat, !o.NoWatch)
-	if err != nil {
-		return &SetupError{err}
-	}
-	defer env.Close()
-	if o.MetricsListen != "" {
-		if err := metrics.CheckAddr(o.MetricsListen, false); err != nil {
-			return &SetupError{err}
-		}
-	}
-	if o.MetricsTextfile != "" {
-		if err := metrics.CheckTextfile(o.MetricsTextfile); err != nil {
-			return &SetupError{err}
-		}
-	}
-	cfg := env.Config
-	log.Info("starting", "version", o.Version, "configfs", p.Configfs, "watch", fmt.Sprint(cfg.Watch),
-		"give_up_after", cfg.GiveUpAfter, "pin_device", cfg.PinDevice, "resync_interval", cfg.ResyncInterval, "dry_run", o.DryRun,
-		"metrics_textfile", textfilePath(o.MetricsTextfile, cfg), "configfs_model", env.Model != nil, "rescan_interval", cfg.RescanInterval)
+// A task is a long-lived piece of the daemon: Run until ctx is done (then
+// nil, or an error quiet drops) or it fails, which stops the daemon.
+type task interface {
+	Run(ctx context.Context) error
+	String() string // its name in the error that stopped the daemon
+}
 
-	d := &daemon{paths: p, log: log, env: env}
-	srv, err := control.Listen(p.Socket(), d.handler())
+// A readier is a task that is not ready when it starts: READY=1 waits
+// for its Ready to be closed.
+type readier interface {
+	Ready() <-chan struct{}
+}
+
+// Run is the daemon: until ctx is done or a task fails. A failure to set
+// it up is a *SetupError.
+func Run(ctx context.Context, p Paths, log *slog.Logger, o RunOptions) error {
+	d, srv, done, err := setUp(p, log, o)
 	if err != nil {
 		return &SetupError{err}
 	}
+	defer done()
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// SIGHUP is caught from here on, before any task runs: its default
+	// action would end the daemon.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
+	tasks := d.tasks(o, srv, hup)
 	g, ctx := errgroup.WithContext(ctx)
-	poke := func(h udev.Hint) {
-		log.Debug("event", "source", h.Source, "reason", h.Reason, "resync", h.Resync, "configfs", h.Configfs)
-		if env.Model != nil && (h.Configfs || h.Resync) {
-			// A configfs module loaded or unloaded (its tree appears or
-			// vanishes without an inotify event), or uevents were lost.
-			env.Model.Invalidate()
-		}
-		env.Engine.Poke()
+	for _, t := range tasks {
+		g.Go(func() error { return quiet(ctx, t.String(), t.Run(ctx)) })
 	}
-	stats := new(udev.Stats)
-	g.Go(func() error { return quiet(ctx, "uevents", udev.WatchUevents(ctx, poke, udev.Options{Stats: stats})) })
-	g.Go(func() error {
-		return quiet(ctx, "rtnetlink", udev.WatchRtnetlink(ctx, poke, udev.Options{Stats: stats}))
-	})
-	ready := false
-	// rounds tells the textfile writer a round (or a beat) happened; it
-	// holds one poke, so a slow write never holds the loop up.
-	rounds := make(chan struct{}, 1)
-	// trims does the same for the memory policy (trimMemory).
-	trims := make(chan struct{}, 1)
-	g.Go(func() error {
-		return quiet(ctx, "reconciler", env.Engine.Run(ctx, func() {
-			// READY=1 after the first full reconcile; then every beat
-			// proves the loop is alive.
-			if !ready {
-				ready = true
-				d.notify("READY=1\nSTATUS=reconciling; see nvmet-rebind status")
-			}
-			d.notify("WATCHDOG=1")
-			select {
-			case rounds <- struct{}{}:
-			default:
-			}
-			select {
-			case trims <- struct{}{}:
-			default:
-			}
-		}))
-	})
-	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
-		g.Go(func() error { trimMemory(ctx, trims); return nil })
-	}
-	col := metrics.NewCollector(env.Engine, stats)
-	if o.MetricsListen != "" {
-		g.Go(func() error { return quiet(ctx, "metrics", metrics.Serve(ctx, o.MetricsListen, col)) })
-	}
-	g.Go(func() error { d.writeTextfile(ctx, o.MetricsTextfile, metrics.NewTextfile(col), rounds); return nil })
-	g.Go(func() error { return quiet(ctx, "control", srv.Serve(ctx)) })
-	g.Go(func() error {
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-hup:
-				d.reload() // errors are logged and told to systemd: the old config stays
-			}
-		}
-	})
+	d.ready(ctx, tasks)
 	<-ctx.Done()
 	d.notify("STOPPING=1")
 	if err := g.Wait(); err != nil {
@@ -269,152 +105,96 @@ func Run(ctx context.Context, p Paths, log *slog.Logger, o RunOptions) error {
 	return nil
 }
 
-// textfilePath is the metrics textfile in force: the flag, else the
-// config's ("" = none).
-func textfilePath(flag string, cfg rebind.Config) string {
-	if flag != "" {
-		return flag
+// setUp takes the state directory's lock, builds the engine, checks the
+// metrics flags and listens on the control socket; done releases what it
+// took.
+func setUp(p Paths, log *slog.Logger, o RunOptions) (*daemon, *control.Server, func(), error) {
+	var beat time.Duration
+	if wd, err := sd.SdWatchdogEnabled(false); err != nil {
+		return nil, nil, nil, fmt.Errorf("systemd watchdog: %w", err)
+	} else if wd > 0 {
+		beat = wd / 2
 	}
-	return cfg.MetricsTextfile
+	unlock, err := Lock(p.State)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	mode := Write
+	if o.DryRun {
+		mode = ReadOnly
+	}
+	env, err := open(p, log, mode, o.Fault, beat, !o.NoWatch)
+	if err != nil {
+		unlock()
+		return nil, nil, nil, err
+	}
+	done := func() { env.Close(); unlock() }
+	fail := func(err error) (*daemon, *control.Server, func(), error) {
+		done()
+		return nil, nil, nil, err
+	}
+	if o.MetricsListen != "" {
+		if err := metrics.CheckAddr(o.MetricsListen, false); err != nil {
+			return fail(err)
+		}
+	}
+	if o.MetricsTextfile != "" {
+		if err := metrics.CheckTextfile(o.MetricsTextfile); err != nil {
+			return fail(err)
+		}
+	}
+	cfg := env.Config
+	log.Info("starting", "version", o.Version, "configfs", p.Configfs, "watch", fmt.Sprint(cfg.Watch),
+		"give_up_after", cfg.GiveUpAfter, "pin_device", cfg.PinDevice, "resync_interval", cfg.ResyncInterval, "dry_run", o.DryRun,
+		"metrics_textfile", textfilePath(o.MetricsTextfile, cfg), "configfs_model", env.Model != nil, "rescan_interval", cfg.RescanInterval)
+	d := &daemon{paths: p, log: log, env: env}
+	srv, err := control.Listen(p.Socket(), d.handler())
+	if err != nil {
+		return fail(err)
+	}
+	return d, srv, done, nil
 }
 
-// writeTextfile writes the metrics textfile after every reconcile round and
-// at least every resync interval (so its mtime, node_textfile_mtime_seconds,
-// says the daemon is alive even while nothing happens), until ctx is done.
-// rounds is poked by the loop after each round and each watchdog beat; a
-// beat without a new round does not rewrite the file before the interval.
-// The path is re-read from the config each time (a reload may set, change
-// or clear it); a file the daemon stops writing to is removed, so no stale
-// metrics stay behind. A failed write is logged once (and its recovery),
-// never fatal: metrics must not stop the healing.
-func (d *daemon) writeTextfile(ctx context.Context, flag string, tf *metrics.Textfile, rounds <-chan struct{}) {
-	var (
-		last     string // the path last written
-		lastN    uint64 // reconciles counted at that write
-		failing  bool
-		interval = time.NewTimer(time.Hour)
+// tasks is the daemon, in the order Run starts them. The reconciler's
+// rounds and beats poke the textfile writer and the memory policy through
+// triggers, so neither ever holds the loop up.
+func (d *daemon) tasks(o RunOptions, srv *control.Server, hup <-chan os.Signal) []task {
+	events := new(udev.Stats)
+	rounds, trims := newTrigger(), newTrigger()
+	col := metrics.NewCollector(d.env.Engine, events)
+	tasks := []task{
+		&watcher{name: "uevents", watch: udev.WatchUevents, hint: d.hint, stats: events},
+		&watcher{name: "rtnetlink", watch: udev.WatchRtnetlink, hint: d.hint, stats: events},
+		newReconciler(d.env.Engine, d.notify, rounds, trims),
+	}
+	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
+		tasks = append(tasks, &trimmer{rounds: trims})
+	}
+	if o.MetricsListen != "" {
+		tasks = append(tasks, &metricsServer{addr: o.MetricsListen, col: col})
+	}
+	return append(tasks,
+		&textfileWriter{eng: d.env.Engine, log: d.log, flag: o.MetricsTextfile, tf: metrics.NewTextfile(col), rounds: rounds},
+		&controlSocket{srv: srv},
+		&reloader{d: d, hup: hup},
 	)
-	interval.Stop()
-	defer interval.Stop()
-	write := func(force bool) {
-		cfg := d.env.Engine.Config()
-		path := textfilePath(flag, cfg)
-		if last != "" && path != last {
-			if err := os.Remove(last); err != nil && !errors.Is(err, os.ErrNotExist) {
-				d.log.Warn("old metrics textfile not removed", "path", last, "err", err)
-			}
-			last, failing = "", false
-		}
-		if path == "" {
-			return
-		}
-		n := d.env.Engine.Snapshot().Stats.Reconciles
-		if !force && path == last && n == lastN {
-			return // a watchdog beat, no new round
-		}
-		err := tf.Write(path)
-		switch {
-		case err != nil && !failing:
-			d.log.Error("metrics textfile not written; retrying after each round", "err", err)
-		case err == nil && failing:
-			d.log.Info("metrics textfile written again", "path", path)
-		}
-		failing = err != nil
-		last, lastN = path, n
-		interval.Reset(cfg.ResyncInterval)
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-rounds:
-			write(false)
-		case <-interval.C:
-			write(true)
-		}
-	}
 }
 
-// The daemon's memory policy (trimMemory), unless GOGC or GOMEMLIMIT is
-// set in the environment: then the Go runtime does as told and the
-// daemon does nothing of its own.
-//
-// The daemon idles between rounds, and a round allocates more than the
-// daemon keeps: a planned round at 4096 ports and 4096 portals about
-// 25 MB, an idle resync whose inputs did not change (its plan kept) a
-// megabyte or two, the periodic rescan tens of megabytes; the live heap
-// is about 10 MB. Left to the runtime (GOGC=100), the pages of that
-// garbage stay mapped until a GC and the scavenger return them, which at
-// idle (a GC every 2 minutes) is slow: the idle RSS is a multiple of the
-// live heap. So once the loop has been quiet for trimAfter after rounds
-// that allocated trimMin or more, trimMemory collects and returns every
-// free page to the system (debug.FreeOSMemory), and sets GOGC so that a
-// burst as large fits the heap goal without a GC in its middle (the
-// trim's GC takes its place). The cost is a GC per trim and the page
-// faults of the next round re-touching returned pages, in system time;
-// BENCHMARKS.md ("Idle") has RSS and CPU with and without it
-// (tests/idle-cost.sh 600 4096 4096 model; GOGC=100 in the environment
-// turns the policy off).
-
-// trimAfter is how long the loop must have been quiet (no round, no beat)
-// before trimMemory trims; trimMin the least heap allocated since the
-// last trim that makes one worth it; maxGCPercent bounds the GOGC it sets.
-const (
-	trimAfter    = 250 * time.Millisecond
-	trimMin      = 1 << 20
-	maxGCPercent = 400
-)
-
-// trimMemory is the memory policy: once the loop has been quiet for
-// trimAfter after rounds that allocated trimMin or more, it collects and
-// returns the free heap to the system, then sets GOGC to make the heap
-// goal the live heap plus 1.25 times what those rounds allocated (between
-// 100 and maxGCPercent). A burst that allocates twice that before the
-// loop is quiet again sets GOGC back to 100: the runtime's own pacing,
-// for a heap that is growing.
-func trimMemory(ctx context.Context, rounds <-chan struct{}) {
-	s := []rtmetrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/heap/live:bytes"}}
-	read := func() (allocs, live uint64) {
-		rtmetrics.Read(s)
-		return s[0].Value.Uint64(), s[1].Value.Uint64()
-	}
-	last, _ := read() // allocations at the last trim
-	var expect uint64 // the burst the GOGC set was made for; 0: GOGC is 100
-	quiet := time.NewTimer(time.Hour)
-	quiet.Stop()
-	defer quiet.Stop()
-	for {
+// ready tells systemd READY=1 once every task is ready (the reconciler:
+// after its first full reconcile), unless ctx is done first.
+func (d *daemon) ready(ctx context.Context, tasks []task) {
+	for _, t := range tasks {
+		r, ok := t.(readier)
+		if !ok {
+			continue
+		}
 		select {
+		case <-r.Ready():
 		case <-ctx.Done():
 			return
-		case <-rounds:
-			quiet.Reset(trimAfter)
-			if expect != 0 {
-				if allocs, _ := read(); allocs-last > 2*expect {
-					debug.SetGCPercent(100)
-					expect = 0
-				}
-			}
-		case <-quiet.C:
-			allocs, _ := read()
-			burst := allocs - last
-			if burst < trimMin {
-				continue
-			}
-			debug.FreeOSMemory()
-			var live uint64
-			last, live = read()
-			expect = 0
-			pct := 100
-			if live > 0 {
-				pct = int(min(max(100*burst*5/4/live, 100), maxGCPercent))
-			}
-			if pct > 100 {
-				expect = burst
-			}
-			debug.SetGCPercent(pct)
 		}
 	}
+	d.notify("READY=1\nSTATUS=reconciling; see nvmet-rebind status")
 }
 
 // quiet drops the error a task returns because the daemon is stopping.
@@ -441,92 +221,36 @@ func (d *daemon) notify(state string) {
 	}
 }
 
-// reload is the one reload, for SIGHUP and the control socket: RELOADING=1
-// with MONOTONIC_USEC, validate, swap the config (give-up windows and
-// backoffs restart), READY=1 whatever happened (or `systemctl reload`
-// hangs). A bad config is refused and the old one kept.
-func (d *daemon) reload() error {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err == nil {
-		d.notify(fmt.Sprintf("RELOADING=1\nMONOTONIC_USEC=%d", ts.Nano()/1000))
-	} else {
-		d.notify("RELOADING=1")
-	}
-	defer d.notify("READY=1")
-	cfg, err := config.Load(d.paths.Config)
-	if err != nil {
-		d.log.Error("reload refused, keeping the old config", "err", err)
-		d.notify("STATUS=reload refused: " + err.Error())
-		return fmt.Errorf("%w; the daemon keeps its current config", err)
-	}
-	d.env.Engine.SetConfig(cfg)
-	if d.env.Model != nil {
-		// A reload also checks the model: a full rescan, compared object
-		// by object (a difference is logged as a bug; the rescan wins).
-		d.env.Model.SetRescanEvery(cfg.RescanInterval)
-		d.env.Model.Rescan()
-	}
-	d.log.Info("config reloaded; give-up windows restarted", "watch", fmt.Sprint(cfg.Watch), "give_up_after", cfg.GiveUpAfter)
-	d.notify("STATUS=reconciling; see nvmet-rebind status")
-	d.env.Engine.Poke()
-	return nil
-}
+// A trigger is a buffered(1) poke: a send never blocks, and pokes that
+// come before the receiver looks are one.
+type trigger chan struct{}
 
-// handler serves the control socket.
-func (d *daemon) handler() control.Handler {
-	return func(ctx context.Context, req control.Request) (any, error) {
-		switch req.Cmd {
-		case "status":
-			snap, err := d.env.Engine.Look()
-			if err != nil {
-				return nil, err
-			}
-			return status.Report(snap, "daemon"), nil
-		case "trigger":
-			d.env.Engine.Poke()
-			return map[string]bool{"poked": true}, nil
-		case "reload":
-			if err := d.reload(); err != nil {
-				return nil, err
-			}
-			return map[string]bool{"reloaded": true}, nil
-		case "rebind":
-			k, err := KeyOf(req.ID)
-			if err != nil {
-				return nil, err
-			}
-			items, err := d.env.Engine.Rebind(ctx, k)
-			if err != nil {
-				return nil, err
-			}
-			return Find(items, d.env.Engine.Snapshot(), k)
-		}
-		return nil, fmt.Errorf("unknown command %q", req.Cmd)
+func newTrigger() trigger { return make(trigger, 1) }
+
+func (t trigger) poke() {
+	select {
+	case t <- struct{}{}:
+	default:
 	}
 }
 
-// KeyOf parses what `nvmet-rebind rebind` takes: a port id, or a portal id
-// <iqn>/tpgt_<N>/<ip>:<port>.
-func KeyOf(id string) (rebind.Key, error) {
-	if id == "" {
-		return rebind.Key{}, errors.New("give one port id or portal id (see `nvmet-rebind status`)")
-	}
-	if strings.Contains(id, "/") {
-		if _, _, _, err := configfs.ParsePortalID(id); err != nil {
-			return rebind.Key{}, err
-		}
-		return rebind.Key{Kind: rebind.KindLIO, ID: id}, nil
-	}
-	return rebind.Key{Kind: rebind.KindNvmet, ID: id}, nil
+// A timer is what the textfile writer and the memory policy wait on: a
+// stopped time.Timer in the daemon, one a test fires by hand.
+type timer interface {
+	C() <-chan time.Time
+	Reset(d time.Duration)
+	Stop()
 }
 
-// Find returns the status line of k from a round's items.
-func Find(items []rebind.Item, snap rebind.Snapshot, k rebind.Key) (status.ListenerStatus, error) {
-	snap.Items = items
-	for _, l := range status.Report(snap, "daemon").Listeners {
-		if l.Kind == string(k.Kind) && l.ID == k.ID {
-			return l, nil
-		}
-	}
-	return status.ListenerStatus{}, fmt.Errorf("%s: no such port or portal in configfs (ids are shown by `nvmet-rebind status`)", k)
+// newTimer is a stopped time.Timer.
+func newTimer() timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return stdTimer{t}
 }
+
+type stdTimer struct{ t *time.Timer }
+
+func (s stdTimer) C() <-chan time.Time   { return s.t.C }
+func (s stdTimer) Reset(d time.Duration) { s.t.Reset(d) }
+func (s stdTimer) Stop()                 { s.t.Stop() }

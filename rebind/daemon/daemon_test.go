@@ -157,16 +157,16 @@ func TestObserversWhileRebinding(t *testing.T) {
 		f.d.env.Engine.Poke()
 		// Healed and verified (two listeners a reset).
 		waitFor(t, "the heal", func() bool {
-			return f.listening() && f.d.env.Engine.Snapshot().Stats.Rebinds["ok"] >= uint64(2*(i+1))
+			return f.listening() && f.d.env.Engine.Snapshot().Stats.Rebinds[rebind.ResultOK] >= uint64(2*(i+1))
 		})
 	}
 	cancel()
 	wg.Wait()
 	snap := f.d.env.Engine.Snapshot()
-	if ok := snap.Stats.Rebinds["ok"]; ok != 2*resets {
+	if ok := snap.Stats.Rebinds[rebind.ResultOK]; ok != 2*resets {
 		t.Errorf("%d rebinds verified for %d resets of two listeners: %v", ok, resets, snap.Stats.Rebinds)
 	}
-	for _, r := range []string{"error", "unverified", "refused"} {
+	for _, r := range []rebind.Result{rebind.ResultError, rebind.ResultUnverified, rebind.ResultRefused} {
 		if n := snap.Stats.Rebinds[r]; n != 0 {
 			t.Errorf("%d rebinds %s: %v", n, r, snap.Stats.Rebinds)
 		}
@@ -216,16 +216,18 @@ func TestRefusedManualRebindIsRetriedByTheLoop(t *testing.T) {
 }
 
 // The metrics textfile: written after rounds and, with no round, at least
-// every resync interval; a heal shows in it; a reload that moves or clears
-// the path removes the file the daemon stops writing; the flag overrides
-// the config; a write that fails is logged once, and its recovery once.
+// every resync interval (the interval timer is the test's: it fires when
+// the test says, never by itself); a heal shows in it; a reload that moves
+// or clears the path removes the file the daemon stops writing; the flag
+// overrides the config; a write that fails is logged once, and its
+// recovery once.
 func TestMetricsTextfile(t *testing.T) {
 	f := startFake(t)
 	eng := f.d.env.Engine
 	waitFor(t, "the first reconcile", func() bool { return eng.Snapshot().Stats.Reconciles > 0 })
 	dir := t.TempDir()
 	var logs syncBuffer
-	d := &daemon{log: slog.New(slog.NewTextHandler(&logs, nil)), env: f.d.env}
+	log := slog.New(slog.NewTextHandler(&logs, nil))
 	setConfig := func(path string, resync time.Duration) {
 		cfg := rebind.DefaultConfig()
 		cfg.MetricsTextfile, cfg.ResyncInterval = path, resync
@@ -245,15 +247,19 @@ func TestMetricsTextfile(t *testing.T) {
 		}
 		return st.Ino
 	}
-	start := func(flag string) (chan struct{}, func()) {
-		rounds := make(chan struct{}, 1)
+	start := func(flag string) (chan struct{}, *fakeTimer, func()) {
+		rounds, interval := make(chan struct{}, 1), newFakeTimer()
+		w := &textfileWriter{eng: eng, log: log, flag: flag, tf: metrics.NewTextfile(metrics.NewCollector(eng, nil)),
+			rounds: rounds, interval: interval}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			d.writeTextfile(ctx, flag, metrics.NewTextfile(metrics.NewCollector(eng, nil)), rounds)
+			if err := w.Run(ctx); err != nil {
+				t.Errorf("%v: %v", w, err)
+			}
 		}()
-		return rounds, func() { cancel(); <-done }
+		return rounds, interval, func() { cancel(); <-done }
 	}
 	poke := func(rounds chan struct{}) {
 		select {
@@ -265,7 +271,7 @@ func TestMetricsTextfile(t *testing.T) {
 	a, b := filepath.Join(dir, "a.prom"), filepath.Join(dir, "b.prom")
 	// A long resync: the loop does not reconcile by itself during the test.
 	setConfig(a, time.Hour)
-	rounds, stop := start("")
+	rounds, interval, stop := start("")
 	poke(rounds)
 	waitFor(t, "the textfile after a round", func() bool {
 		return strings.Contains(read(a), `nvmet_rebind_listeners{kind="nvmet",state="alive"} 1`)
@@ -275,23 +281,32 @@ func TestMetricsTextfile(t *testing.T) {
 	f.k.RemoveDevice("rxe0")
 	f.k.AddDevice("rxe0", 0x11, "veth0")
 	eng.Poke()
-	waitFor(t, "the heal", func() bool { return f.listening() && eng.Snapshot().Stats.Rebinds["ok"] >= 2 })
+	waitFor(t, "the heal", func() bool { return f.listening() && eng.Snapshot().Stats.Rebinds[rebind.ResultOK] >= 2 })
 	poke(rounds)
 	waitFor(t, "the heal in the textfile", func() bool {
 		return strings.Contains(read(a), `nvmet_rebind_rebinds_total{result="ok"} 2`)
 	})
 
-	// No round reported: rewritten within the resync interval anyway. The
-	// writer reads the interval from the config at each write, so a new
-	// one takes effect after the next round (a reload always runs one).
-	setConfig(a, 50*time.Millisecond)
+	// No round: rewritten at the resync interval anyway. The writer reads
+	// the interval from the config at each write, so a new one takes
+	// effect after the next round (a reload always runs one).
+	setConfig(a, 42*time.Minute)
 	n := eng.Snapshot().Stats.Reconciles
 	eng.Poke()
 	waitFor(t, "a round", func() bool { return eng.Snapshot().Stats.Reconciles > n })
 	poke(rounds)
-	time.Sleep(20 * time.Millisecond)
-	ino := inode(a)
+	// The interval is armed after the write: that round's write is done.
+	waitFor(t, "the config's interval armed", func() bool {
+		r := interval.armedWith()
+		return len(r) > 0 && r[len(r)-1] == 42*time.Minute
+	})
+	ino, n, armed := inode(a), eng.Snapshot().Stats.Reconciles, len(interval.armedWith())
+	interval.fire(t)
 	waitFor(t, "a rewrite with no round", func() bool { return inode(a) != ino && inode(a) != 0 })
+	if got := eng.Snapshot().Stats.Reconciles; got != n {
+		t.Fatalf("%d rounds ran meanwhile: the rewrite need not be the interval's", got-n)
+	}
+	waitFor(t, "the interval armed again", func() bool { return len(interval.armedWith()) > armed })
 	setConfig(a, time.Hour)
 
 	// A reload moves the file: the old one goes.
@@ -341,7 +356,7 @@ func TestMetricsTextfile(t *testing.T) {
 	// The flag wins over the config.
 	flag := filepath.Join(dir, "flag.prom")
 	setConfig(a, time.Hour)
-	rounds, stop = start(flag)
+	rounds, _, stop = start(flag)
 	defer stop()
 	poke(rounds)
 	waitFor(t, "the flag's textfile", func() bool { return read(flag) != "" })

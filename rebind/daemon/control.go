@@ -1,0 +1,104 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/config"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/control"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/status"
+)
+
+// controlSocket serves the control socket (handler) until the daemon stops.
+type controlSocket struct{ srv *control.Server }
+
+func (c *controlSocket) String() string                { return "control" }
+func (c *controlSocket) Run(ctx context.Context) error { return c.srv.Serve(ctx) }
+
+// reloader reloads the config at each SIGHUP (hup, caught by Run before
+// any task starts). A refused config is logged and told to systemd; the
+// old one stays, and the daemon goes on.
+type reloader struct {
+	d   *daemon
+	hup <-chan os.Signal
+}
+
+func (r *reloader) String() string { return "reload" }
+
+func (r *reloader) Run(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.hup:
+			r.d.reload() // errors are logged and told to systemd: the old config stays
+		}
+	}
+}
+
+// reload is the one reload, for SIGHUP and the control socket: RELOADING=1
+// with MONOTONIC_USEC, validate, swap the config (give-up windows and
+// backoffs restart), READY=1 whatever happened (or `systemctl reload`
+// hangs). A bad config is refused and the old one kept.
+func (d *daemon) reload() error {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err == nil {
+		d.notify(fmt.Sprintf("RELOADING=1\nMONOTONIC_USEC=%d", ts.Nano()/1000))
+	} else {
+		d.notify("RELOADING=1")
+	}
+	defer d.notify("READY=1")
+	cfg, err := config.Load(d.paths.Config)
+	if err != nil {
+		d.log.Error("reload refused, keeping the old config", "err", err)
+		d.notify("STATUS=reload refused: " + err.Error())
+		return fmt.Errorf("%w; the daemon keeps its current config", err)
+	}
+	d.env.Engine.SetConfig(cfg)
+	if d.env.Model != nil {
+		// A reload also checks the model: a full rescan, compared object
+		// by object (a difference is logged as a bug; the rescan wins).
+		d.env.Model.SetRescanEvery(cfg.RescanInterval)
+		d.env.Model.Rescan()
+	}
+	d.log.Info("config reloaded; give-up windows restarted", "watch", fmt.Sprint(cfg.Watch), "give_up_after", cfg.GiveUpAfter)
+	d.notify("STATUS=reconciling; see nvmet-rebind status")
+	d.env.Engine.Poke()
+	return nil
+}
+
+// handler serves the control socket.
+func (d *daemon) handler() control.Handler {
+	return func(ctx context.Context, req control.Request) (any, error) {
+		switch req.Cmd {
+		case "status":
+			snap, err := d.env.Engine.Look()
+			if err != nil {
+				return nil, err
+			}
+			return status.Report(snap, "daemon"), nil
+		case "trigger":
+			d.env.Engine.Poke()
+			return map[string]bool{"poked": true}, nil
+		case "reload":
+			if err := d.reload(); err != nil {
+				return nil, err
+			}
+			return map[string]bool{"reloaded": true}, nil
+		case "rebind":
+			k, err := status.KeyOf(req.ID)
+			if err != nil {
+				return nil, err
+			}
+			items, err := d.env.Engine.Rebind(ctx, k)
+			if err != nil {
+				return nil, err
+			}
+			return status.Find(items, d.env.Engine.Snapshot(), k)
+		}
+		return nil, fmt.Errorf("unknown command %q", req.Cmd)
+	}
+}
