@@ -84,9 +84,9 @@ type Port struct {
 	ID      string     // nvmet/ports/<ID>
 	Trtype  Transport  // addr_trtype: rdma, tcp, fc, loop, pci
 	Adrfam  AddrFamily // addr_adrfam: ipv4, ipv6, ib, fc, loop
-	Traddr  string // addr_traddr: bare address, no brackets for IPv6
-	Trsvcid string // addr_trsvcid: the service (TCP/RDMA port) as text
-	Links   []Link // subsystems/*: in creation order
+	Traddr  string     // addr_traddr: bare address, no brackets for IPv6
+	Trsvcid string     // addr_trsvcid: the service (TCP/RDMA port) as text
+	Links   []Link     // subsystems/*: in creation order
 	// Err is set when the port could not be read completely (garbage in an
 	// attribute, a link pointing outside the tree); such a port is shown,
 	// never touched.
