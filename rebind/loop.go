@@ -167,42 +167,16 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 	observed := time.Now()
 	sel := Select(&obs, e.mem, e.base)
 	pl := decide(&obs, e.mem, e.cfg, sel)
-	planned := time.Now()
-	ran := map[Endpoint]bool{}
-	var outcomes []Outcome
-	if len(pl.Heals) > 0 && e.opt.DryRun {
-		for _, h := range pl.Heals {
-			e.log.Info("dry run: would act", "endpoint", h.Endpoint.String(), "action", h.Action.String(), "objects", len(h.Keys), "steps", len(h.Steps), "reason", h.Reason)
-		}
-	} else if len(pl.Heals) > 0 {
-		w0, j0 := e.stats.WriteTime, e.stats.JournalTime
-		done, err := e.apply(ctx, pl.Heals)
-		if err != nil {
-			e.stats.ReconcileTime += time.Since(start)
-			return nil, err
-		}
-		acted := time.Now()
-		if len(done) > 0 {
-			// One observation verifies every heal of the round (one cm_id
-			// dump per device, not one per endpoint) and is the status.
-			obs2, err := e.observe(e.cfg, obs.Devices, &e.views[1])
-			outcomes = verify(done, &obs2, err, time.Now())
-			e.mem = learnOutcomes(e.mem, outcomes, obs2.Now)
-			for _, p := range done {
-				ran[p.heal.Endpoint] = true
-			}
-			if err == nil {
-				sel = Select(&obs2, e.mem, baseline(obs, pl))
-				obs = obs2
-			} else {
-				sel = All()
-			}
-		} else {
-			sel = Select(&obs, e.mem, baseline(obs, pl)) // only journal entries dropped
-		}
-		pl = decide(&obs, e.mem, e.cfg, sel)
-		e.log.Debug("round", "heals", len(done), "observe", observed.Sub(start), "plan", planned.Sub(observed),
-			"act", acted.Sub(planned), "verify", time.Since(acted), "configfs_writes", e.stats.WriteTime-w0, "journal", e.stats.JournalTime-j0)
+	planned, w0, j0 := time.Now(), e.stats.WriteTime, e.stats.JournalTime
+	outcomes, ran, verified, err := e.act(ctx, &obs, &pl, &sel)
+	if err != nil {
+		e.stats.ReconcileTime += time.Since(start)
+		return nil, err
+	}
+	if len(ran) > 0 {
+		// Where a round that healed spent its time (debug).
+		e.log.Debug("round", "heals", len(ran), "selected", sel.Size(), "observe", observed.Sub(start), "plan", planned.Sub(observed),
+			"act_and_verify", time.Since(planned), "configfs_writes", e.stats.WriteTime-w0, "journal", e.stats.JournalTime-j0, "verify", verified)
 	}
 	assemble(&pl, &obs, e.cfg)
 	e.learn(&obs, &pl, sel)
@@ -210,6 +184,49 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 	e.publish(&obs, &pl, outcomes, nextLook(pl, ran, obs.Now, e.opt.DryRun))
 	e.report(outcomes)
 	return pl.Items, nil
+}
+
+// act applies the plan's heals and verifies them: one observation made
+// after the writes verifies every heal (one cm_id dump per device, not one
+// per endpoint); memory learns the outcomes (backoff) and the endpoints
+// the observation selects against the round's plan are planned again, so
+// obs, pl and sel end as the round's status. It returns the outcomes and
+// the endpoints healed, with the time the verification took; an error
+// only for ctx or a fault point.
+func (e *Engine) act(ctx context.Context, obs *Observed, pl *Planned, sel *Selection) ([]Outcome, map[Endpoint]bool, time.Duration, error) {
+	if len(pl.Heals) == 0 {
+		return nil, nil, 0, nil
+	}
+	if e.opt.DryRun {
+		for _, h := range pl.Heals {
+			e.log.Info("dry run: would act", "endpoint", h.Endpoint.String(), "action", h.Action.String(), "objects", len(h.Keys), "steps", len(h.Steps), "reason", h.Reason)
+		}
+		return nil, nil, 0, nil
+	}
+	done, err := e.apply(ctx, pl.Heals)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	acted := time.Now()
+	ran := make(map[Endpoint]bool, len(done))
+	var outcomes []Outcome
+	next, base := *obs, baseline(*obs, *pl)
+	if len(done) > 0 {
+		obs2, err := e.observe(e.cfg, obs.Devices, &e.views[1])
+		outcomes = verify(done, &obs2, err, time.Now())
+		e.mem = learnOutcomes(e.mem, outcomes, obs2.Now)
+		for _, p := range done {
+			ran[p.heal.Endpoint] = true
+		}
+		if err != nil {
+			base = nil // nothing fresh to select against: plan the round's own observation again, all of it
+		} else {
+			next = obs2
+		}
+	}
+	*obs, *sel = next, Select(&next, e.mem, base)
+	*pl = decide(obs, e.mem, e.cfg, *sel)
+	return outcomes, ran, time.Since(acted), nil
 }
 
 // learn keeps what the round concluded: memory (Learn), the pins when they
