@@ -274,3 +274,35 @@ func portsWithLinks(f *configfs.FS) ([]configfs.Port, error) {
 type fakeKernel = rdmatest.System
 
 var newFakeKernel = rdmatest.NewSystem
+
+func TestCheckNames(t *testing.T) {
+	for _, tt := range []struct {
+		what string
+		err  error
+		ok   bool
+	}{
+		{"port 1", configfs.CheckPortID("1"), true},
+		{"port 65535", configfs.CheckPortID("65535"), true},
+		{"port 0x10 (kstrtou16 base 0)", configfs.CheckPortID("0x10"), true},
+		{"port 010 (octal)", configfs.CheckPortID("010"), true},
+		{"port 65536", configfs.CheckPortID("65536"), false},
+		{"port 08 (not octal)", configfs.CheckPortID("08"), false},
+		{"port -1", configfs.CheckPortID("-1"), false},
+		{"port 1_0", configfs.CheckPortID("1_0"), false},
+		{"port a", configfs.CheckPortID("a"), false},
+		{"port ..", configfs.CheckPortID(".."), false},
+		{"link nqn", configfs.CheckLink(configfs.Link{Name: "nqn.a", NQN: "nqn.a"}), true},
+		{"link a/b", configfs.CheckLink(configfs.Link{Name: "a/b", NQN: "nqn.a"}), false},
+		{"link to ../x", configfs.CheckLink(configfs.Link{Name: "a", NQN: ".."}), false},
+		{"link of 256 bytes", configfs.CheckLink(configfs.Link{Name: strings.Repeat("a", 256), NQN: "nqn.a"}), false},
+		{"portal", configfs.CheckPortalID("iqn.a/tpgt_1/192.0.2.1:3260"), true},
+		{"portal v6", configfs.CheckPortalID("iqn.a/tpgt_1/[2001:db8::1]:3260"), true},
+		{"portal tpgt_x", configfs.CheckPortalID("iqn.a/tpgt_x/192.0.2.1:3260"), false},
+		{"portal np host", configfs.CheckPortalID("iqn.a/tpgt_1/host:3260"), false},
+		{"portal of 4 parts", configfs.CheckPortalID("iqn.a/tpgt_1/192.0.2.1:3260/x"), false},
+	} {
+		if (tt.err == nil) != tt.ok {
+			t.Errorf("%s: %v, want ok %v", tt.what, tt.err, tt.ok)
+		}
+	}
+}

@@ -218,6 +218,7 @@ func (e *Engine) execute(h Heal, pre putResult) ([]Key, error) {
 		}
 	}
 	var deletes []Key
+	var failed []error // links refused one by one
 	var nUnlink, nLink, nOff, nOn int
 	for _, s := range h.Steps {
 		if skip[s.Key] && s.Op != OpJournalDelete {
@@ -243,8 +244,13 @@ func (e *Engine) execute(h Heal, pre putResult) ([]Key, error) {
 			case errors.Is(err, fs.ErrNotExist):
 				e.log.Info("port or subsystem gone, not relinked", "listener", s.Key.String(), "nqn", s.Link.NQN)
 				continue
+			case refused(err):
+				return nil, err // the port cannot bind (its first link): the journal keeps the links
 			default:
-				return nil, err // refused binds included: the journal keeps the links
+				// One link the kernel will not take: every other link
+				// is still made, and the journal, kept, retries this one.
+				failed = append(failed, err)
+				continue
 			}
 			if e.fault(fmt.Sprintf("after-relink-%d", nLink)) {
 				return nil, ErrCrashed
@@ -277,6 +283,9 @@ func (e *Engine) execute(h Heal, pre putResult) ([]Key, error) {
 				}
 			}
 		}
+	}
+	if len(failed) > 0 {
+		return nil, errors.Join(failed...)
 	}
 	return deletes, nil
 }

@@ -594,6 +594,15 @@ func TestCorruptBatch(t *testing.T) {
 		{"an intent without links", seq9, `{"version":1,"seq":9,"intents":[` + good + `,{"version":1,"kind":"nvmet","id":"8","address":"x"}]}`},
 		{"an intent of another version", seq9, `{"version":1,"seq":9,"intents":[{"version":2,"kind":"nvmet","id":"8","address":"x","links":[{"name":"a","nqn":"a"}]}]}`},
 		{"name without 20 digits", "batch-9.json", `{"version":1,"seq":9,"intents":[` + good + `]}`},
+		// The kernel's naming rules: an entry it could never write is
+		// refused before any write (a heal would unlink, then fail).
+		{"a link name with a slash", seq9, `{"version":1,"seq":9,"intents":[{"version":1,"kind":"nvmet","id":"8","address":"x","links":[{"name":"a","nqn":"a"},{"name":"bad/name","nqn":"a"}]}]}`},
+		{"a link to a control character", seq9, `{"version":1,"seq":9,"intents":[{"version":1,"kind":"nvmet","id":"8","address":"x","links":[{"name":"a","nqn":"a\u0007"}]}]}`},
+		{"an NQN longer than 223 bytes", seq9, `{"version":1,"seq":9,"intents":[{"version":1,"kind":"nvmet","id":"8","address":"x","links":[{"name":"a","nqn":"` + strings.Repeat("n", 224) + `"}]}]}`},
+		{"a port id that is not a u16", seq9, `{"version":1,"seq":9,"intents":[{"version":1,"kind":"nvmet","id":"65536","address":"x","links":[{"name":"a","nqn":"a"}]}]}`},
+		{"a port id with a dot-dot", seq9, `{"version":1,"seq":9,"intents":[{"version":1,"kind":"nvmet","id":"..","address":"x","links":[{"name":"a","nqn":"a"}]}]}`},
+		{"a portal id without tpgt", seq9, `{"version":1,"seq":9,"intents":[{"version":1,"kind":"lio","id":"iqn.a/tpg1/192.0.2.1:3260","address":"x","iser":true}]}`},
+		{"a portal np that is not ip:port", seq9, `{"version":1,"seq":9,"intents":[{"version":1,"kind":"lio","id":"iqn.a/tpgt_1/host:3260","address":"x","iser":true}]}`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()

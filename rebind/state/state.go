@@ -74,6 +74,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
 )
@@ -768,6 +769,20 @@ func checkIntent(in rebind.Intent) error {
 	}
 	if in.ID == "" {
 		return errors.New("entry without id")
+	}
+	// The kernel's naming rules, as configfs objects get them: an entry
+	// that could never be written is refused before any write.
+	if in.Kind == rebind.KindNvmet {
+		if err := configfs.CheckPortID(in.ID); err != nil {
+			return err
+		}
+		for i, l := range in.Links {
+			if err := configfs.CheckLink(l); err != nil {
+				return fmt.Errorf("link %d: %w", i+1, err)
+			}
+		}
+	} else if err := configfs.CheckPortalID(in.ID); err != nil {
+		return err
 	}
 	return nil
 }
