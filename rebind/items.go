@@ -13,16 +13,17 @@ import (
 func assemble(p *Planned, obs *Observed, cfg Config) {
 	p.Items = make([]Item, 0, len(obs.Ports)+len(obs.Portals))
 	p.Endpoints = make([]EndpointState, 0, len(p.decided))
-	var next map[Endpoint]int // the next holder of endpoints held by several objects
+	var next map[epKey]int // the next holder of endpoints held by several objects
 	take := func(ep Endpoint) {
-		d := p.decided[ep]
+		k := ep.key()
+		d := p.decided[k]
 		i := 0
 		if len(d.items) > 1 {
 			if next == nil {
-				next = map[Endpoint]int{}
+				next = map[epKey]int{}
 			}
-			i = next[ep]
-			next[ep] = i + 1
+			i = next[k]
+			next[k] = i + 1
 		}
 		if i == 0 {
 			p.Endpoints = append(p.Endpoints, d.es)
@@ -99,7 +100,7 @@ func classifyPortal(portal configfs.Portal, obs *Observed) Item {
 // the kernel's verdict on the listener it has.
 func unmanaged(k Key, ep Endpoint, obs *Observed) Item {
 	if ep.Addr.Addr().IsUnspecified() {
-		it := located(k, ep, obs.index.Carrier(ep.Addr.Addr()))
+		it := located(k, ep, carried(obs.index.Carrier(ep.Addr.Addr())))
 		it.Reason = "wildcard address: the kernel re-listens on new devices by itself"
 		switch {
 		case obs.ListenersErr != nil:

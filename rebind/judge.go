@@ -6,34 +6,36 @@ import (
 
 // Verdict is the kernel's word on one endpoint in one observation: judged
 // once (judge), when the observation is read, and read by everything after
-// it — which links observe reads, select, plan, verify.
+// it — which links observe reads, select, plan, verify. Two verdicts that
+// are equal are the same input to a plan.
 type Verdict struct {
 	State State // listening, dead, stranded or unknown
-	// Entry is the LISTEN entry (listening or stranded): its device's
-	// index, name and node GUID, and its port.
-	EntryDev   uint32
-	EntryName  string
-	EntryGUID  uint64
-	EntryPort  uint32
-	Carrier    rdma.Carrier // where the address is and which port carries it now
-	carrierKey carrierKey
+	// The LISTEN entry (listening or stranded): its device's index, name
+	// and node GUID, and its port.
+	EntryDev  uint32
+	EntryName string
+	EntryGUID uint64
+	EntryPort uint32
+	Carrier   Carried // where the address is and which port carries it now
 }
 
-// carrierKey is what of a carrier a plan reads (compared by select).
-type carrierKey struct {
-	netdev        string
-	ifindex       int
-	dev           string
-	index, port   uint32
-	guid          uint64
-	held, fromGID bool
-	hasDev        bool
+// Carried is where an address is and which RDMA port rdma_cm would bind it
+// to now (rdma.Carrier, what of it a plan reads).
+type Carried struct {
+	Netdev  string // the netdev holding the address
+	Ifindex int
+	Held    bool   // some netdev holds the address
+	Dev     string // the RDMA device that carries it (HasDev)
+	Index   uint32 // its index
+	GUID    uint64 // its node GUID
+	Port    uint32 // its port
+	FromGID bool   // decided from a GID table (else the netdev fallback)
+	HasDev  bool
 }
 
-// same reports whether a plan reads the same of v and w.
-func (v Verdict) same(w Verdict) bool {
-	return v.State == w.State && v.EntryDev == w.EntryDev && v.EntryName == w.EntryName && v.EntryGUID == w.EntryGUID &&
-		v.EntryPort == w.EntryPort && v.carrierKey == w.carrierKey
+func carried(c rdma.Carrier) Carried {
+	return Carried{Netdev: c.Addr.Netdev, Ifindex: c.Addr.Ifindex, Held: c.Held, Dev: c.Dev.Name, Index: c.Dev.Index,
+		GUID: c.Dev.NodeGUID, Port: c.Port, FromGID: c.FromGID, HasDev: c.HasDev}
 }
 
 // judge says whether the endpoint's listener is alive where its address is
@@ -42,9 +44,8 @@ func (v Verdict) same(w Verdict) bool {
 // decided from a GID table (address absent, no device carries it, GID table
 // unreadable) an entry is taken as alive: nothing better can be bound.
 func judge(ep Endpoint, listenersKnown bool, ix *rdma.Index) Verdict {
-	c := ix.Carrier(ep.Addr.Addr())
-	v := Verdict{Carrier: c, carrierKey: carrierKey{netdev: c.Addr.Netdev, ifindex: c.Addr.Ifindex, dev: c.Dev.Name,
-		index: c.Dev.Index, port: c.Port, guid: c.Dev.NodeGUID, held: c.Held, fromGID: c.FromGID, hasDev: c.HasDev}}
+	c := carried(ix.Carrier(ep.Addr.Addr()))
+	v := Verdict{Carrier: c}
 	if !listenersKnown {
 		v.State = StateUnknown
 		return v
@@ -60,7 +61,7 @@ func judge(ep Endpoint, listenersKnown bool, ix *rdma.Index) Verdict {
 		v.State = StateListening
 	} else {
 		for _, e := range es {
-			if e.DevIndex == c.Dev.Index && (e.Port == 0 || e.Port == c.Port) {
+			if e.DevIndex == c.Index && (e.Port == 0 || e.Port == c.Port) {
 				v.State, entry = StateListening, e
 				break
 			}

@@ -48,9 +48,9 @@ func TestJudge(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			v := judge(ep, !tt.unknown, rdma.NewIndex(tt.devs, tt.addrs, tt.cmids))
-			if v.State != tt.want || v.EntryName != tt.entry || v.EntryGUID != tt.guid || v.Carrier.Dev.Name != tt.carriedBy && tt.carriedBy != "" || v.Carrier.FromGID != tt.carrierGID {
+			if v.State != tt.want || v.EntryName != tt.entry || v.EntryGUID != tt.guid || v.Carrier.Dev != tt.carriedBy && tt.carriedBy != "" || v.Carrier.FromGID != tt.carrierGID {
 				t.Errorf("judge = %v on %q (GUID %#x), carried by %q (from a GID: %v); want %v on %q (%#x), carried by %q (%v)",
-					v.State, v.EntryName, v.EntryGUID, v.Carrier.Dev.Name, v.Carrier.FromGID, tt.want, tt.entry, tt.guid, tt.carriedBy, tt.carrierGID)
+					v.State, v.EntryName, v.EntryGUID, v.Carrier.Dev, v.Carrier.FromGID, tt.want, tt.entry, tt.guid, tt.carriedBy, tt.carrierGID)
 			}
 		})
 	}
@@ -65,16 +65,14 @@ func TestPlanReadsTheObservationsVerdict(t *testing.T) {
 	rxe0 := rdma.Device{Index: 3, Name: "rxe0", Protocol: "roce", Ports: []rdma.Port{{Index: 1, Netdev: "veth0", GIDs: []rdma.GID{{Raw: ip.As16(), Netdev: "veth0"}}, GIDsKnown: true}}}
 	obs := prepared(Observed{Now: t0, Devices: []rdma.Device{rxe0}, Addrs: []rdma.Addr{{Ifindex: 2, Netdev: "veth0", IP: ip}},
 		Ports: []configfsPort{nvmetPort("1", "192.0.2.1", "4420", "nqn.a")}, Subsystems: map[string]bool{"nqn.a": true}, LinksUnread: map[string]bool{}})
-	if got := obs.verdicts[ep].State; got != StateDead || len(obs.verdicts) != 1 {
-		t.Fatalf("verdicts %v, want the one endpoint dead", obs.verdicts)
+	if got := obs.verdict(ep).State; got != StateDead || len(obs.eps.list) != 1 {
+		t.Fatalf("endpoints %+v, want the one endpoint dead", obs.eps.list)
 	}
 	p := Plan(obs, NewMemory(), DefaultConfig())
 	if len(p.Heals) != 1 || p.Heals[0].Action != ActRebindPort {
 		t.Fatalf("heals %+v, want the rebind of port 1", p.Heals)
 	}
-	v := obs.verdicts[ep]
-	v.State = StateListening
-	obs.verdicts[ep] = v
+	obs.entry(ep).v.State = StateListening
 	if p := Plan(obs, NewMemory(), DefaultConfig()); len(p.Heals) != 0 || p.Items[0].State != StateListening {
 		t.Errorf("a plan judged again instead of reading the verdict: heals %+v, items %+v", p.Heals, p.Items)
 	}

@@ -86,10 +86,11 @@ type Observed struct {
 	Now     time.Time
 
 	// Derived once from the fields above (prepared), never changed after:
-	index    *rdma.Index          // the kernel tables' index (rdma)
-	portAddr []parsedAddr         // Ports[i]'s address, parsed
-	verdicts map[Endpoint]Verdict // every specific address's verdict
-	judged   bool                 // every object's endpoint is in verdicts
+	index    *rdma.Index   // the kernel tables' index (rdma)
+	portAddr []parsedAddr  // Ports[i]'s address, parsed
+	eps      endpointIndex // every specific address: its verdict and objects
+	judged   bool          // every object is in eps
+	store    *store        // where the above are kept (nil: made by prepared)
 }
 
 // parsedAddr is a port's address and service, or why they do not parse.
@@ -98,14 +99,72 @@ type parsedAddr struct {
 	err error
 }
 
-// verdict is the endpoint's verdict in this observation.
-func (o *Observed) verdict(ep Endpoint) Verdict {
-	if v, ok := o.verdicts[ep]; ok {
-		return v
+// endpointIndex is the observation's index from endpoints to what a plan
+// reads of them: the verdict, judged once, and the objects on the endpoint
+// (each kind's in configfs order, chained through next). A plan of a few
+// endpoints reads only theirs.
+type endpointIndex struct {
+	at   map[epKey]int32
+	list []endpointEntry
+	// nextPort[i] is the port after Ports[i] on its endpoint (-1: none);
+	// nextPortal likewise for Portals.
+	nextPort, nextPortal []int32
+}
+
+type endpointEntry struct {
+	ep            Endpoint
+	v             Verdict
+	first, last   int32 // the endpoint's first and last object (ports or portals by its kind); -1: none
+}
+
+// entry returns ep's entry, judging it the first time it is asked for.
+func (o *Observed) entry(ep Endpoint) *endpointEntry {
+	k := ep.key()
+	if i, ok := o.eps.at[k]; ok {
+		return &o.eps.list[i]
 	}
-	v := judge(ep, o.ListenersErr == nil, o.index)
-	o.verdicts[ep] = v
-	return v
+	o.eps.at[k] = int32(len(o.eps.list))
+	o.eps.list = append(o.eps.list, endpointEntry{ep: ep, v: judge(ep, o.ListenersErr == nil, o.index), first: -1, last: -1})
+	return &o.eps.list[len(o.eps.list)-1]
+}
+
+// verdict is the endpoint's verdict in this observation.
+func (o *Observed) verdict(ep Endpoint) Verdict { return o.entry(ep).v }
+
+// lookup returns the entry of k, if the observation has it.
+func (o *Observed) lookup(k epKey) (*endpointEntry, bool) {
+	i, ok := o.eps.at[k]
+	if !ok {
+		return nil, false
+	}
+	return &o.eps.list[i], true
+}
+
+// addObject chains object i (a port, or a portal) to its endpoint.
+func (o *Observed) addObject(ep Endpoint, i int) {
+	e := o.entry(ep)
+	next := o.eps.nextPort
+	if ep.Kind == KindLIO {
+		next = o.eps.nextPortal
+	}
+	next[i] = -1
+	if e.last < 0 {
+		e.first = int32(i)
+	} else {
+		next[e.last] = int32(i)
+	}
+	e.last = int32(i)
+}
+
+// objects calls f with the index of each of e's objects, in configfs order.
+func (o *Observed) objects(e *endpointEntry, f func(i int)) {
+	next := o.eps.nextPort
+	if e.ep.Kind == KindLIO {
+		next = o.eps.nextPortal
+	}
+	for i := e.first; i >= 0; i = next[i] {
+		f(int(i))
+	}
 }
 
 // windowOpen reports whether saved configs are completed now.
@@ -126,21 +185,37 @@ func prepared(obs Observed) Observed {
 			obs.portAddr[i].ap, obs.portAddr[i].err = p.Addr()
 		}
 	}
-	if obs.verdicts == nil {
-		obs.verdicts = make(map[Endpoint]Verdict, len(obs.Ports)+len(obs.Portals))
+	obs.eps = newEndpointIndex(len(obs.Ports), len(obs.Portals))
+	for i := range obs.Ports {
+		obs.indexPort(i)
 	}
-	for i, p := range obs.Ports {
-		if ep, ok := obs.portEndpoint(i); ok && p.Err == nil {
-			obs.verdict(ep)
-		}
-	}
-	for _, p := range obs.Portals {
-		if p.Err == nil && !p.Addr.Addr().IsUnspecified() {
-			obs.verdict(Endpoint{KindLIO, p.Addr})
-		}
+	for i := range obs.Portals {
+		obs.indexPortal(i)
 	}
 	obs.judged = true
 	return obs
+}
+
+func newEndpointIndex(ports, portals int) endpointIndex {
+	return endpointIndex{at: make(map[epKey]int32, ports+portals), list: make([]endpointEntry, 0, ports+portals),
+		nextPort: make([]int32, ports), nextPortal: make([]int32, portals)}
+}
+
+// indexPort adds Ports[i] to the endpoint index (a readable port with a
+// specific RDMA address).
+func (o *Observed) indexPort(i int) {
+	o.eps.nextPort[i] = -1
+	if ep, ok := o.portEndpoint(i); ok && o.Ports[i].Err == nil {
+		o.addObject(ep, i)
+	}
+}
+
+// indexPortal adds Portals[i] to the endpoint index.
+func (o *Observed) indexPortal(i int) {
+	o.eps.nextPortal[i] = -1
+	if p := o.Portals[i]; p.Err == nil && !p.Addr.Addr().IsUnspecified() {
+		o.addObject(Endpoint{KindLIO, p.Addr}, i)
+	}
 }
 
 // portEndpoint is Ports[i]'s endpoint, when it has a specific RDMA address.
@@ -160,8 +235,12 @@ func (o *Observed) portEndpoint(i int) (Endpoint, bool) {
 // Errors that make the observation unusable (configfs unreadable) are
 // returned; kernel read errors are recorded and make the affected facts
 // unknown.
-func (e *Engine) observe(cfg Config, prev []rdma.Device, into *rdma.Index) (Observed, error) {
-	obs := Observed{Now: e.opt.Now(), BootUntil: e.bootUntil, Subsystems: map[string]bool{}, LinksUnread: map[string]bool{}}
+func (e *Engine) observe(cfg Config, prev []rdma.Device, st *store) (Observed, error) {
+	if st == nil {
+		st = new(store)
+	}
+	st.reset()
+	obs := Observed{Now: e.opt.Now(), BootUntil: e.bootUntil, Subsystems: map[string]bool{}, LinksUnread: st.linksUnread, store: st}
 	if at := e.eventAt.Load(); at != 0 {
 		obs.EventAt = time.Unix(0, at)
 	}
@@ -176,11 +255,8 @@ func (e *Engine) observe(cfg Config, prev []rdma.Device, into *rdma.Index) (Obse
 	} else {
 		obs.Listeners, obs.ListenersErr = e.opt.Kernel.CMIDs(obs.Devices)
 	}
-	if into == nil {
-		into = new(rdma.Index)
-	}
-	into.Reindex(obs.Devices, obs.Addrs, obs.Listeners)
-	obs.index = into
+	st.index.Reindex(obs.Devices, obs.Addrs, obs.Listeners)
+	obs.index = &st.index
 	obs.JournalErrs = slices.Clone(e.opt.Quarantined)
 	if e.opt.Store != nil {
 		var bad []error
@@ -204,8 +280,8 @@ func (e *Engine) observe(cfg Config, prev []rdma.Device, into *rdma.Index) (Obse
 	if err != nil {
 		return obs, err
 	}
-	obs.verdicts = make(map[Endpoint]Verdict, 2*len(ports))
-	obs.Ports, obs.portAddr = ports[:0], make([]parsedAddr, 0, len(ports))
+	obs.eps = st.eps
+	obs.Ports, obs.portAddr = ports[:0], st.portAddr
 	for _, p := range ports {
 		var a parsedAddr
 		a.ap, a.err = p.Addr()
@@ -229,9 +305,15 @@ func (e *Engine) observe(cfg Config, prev []rdma.Device, into *rdma.Index) (Obse
 		}
 		obs.Ports = append(obs.Ports, p)
 		obs.portAddr = append(obs.portAddr, a)
+		obs.eps.nextPort = append(obs.eps.nextPort, -1)
+		obs.indexPort(len(obs.Ports) - 1)
 	}
 	if obs.Portals, obs.PortalsErr = e.opt.Tree.Portals(); obs.PortalsErr != nil {
 		e.log.Warn("some LIO portals unreadable; the rest is reconciled", "err", obs.PortalsErr)
+	}
+	obs.eps.nextPortal = slices.Grow(obs.eps.nextPortal, len(obs.Portals))[:len(obs.Portals)]
+	for i := range obs.Portals {
+		obs.indexPortal(i)
 	}
 	nqns, err := e.opt.Tree.Subsystems()
 	if err != nil {
@@ -240,5 +322,28 @@ func (e *Engine) observe(cfg Config, prev []rdma.Device, into *rdma.Index) (Obse
 	for _, n := range nqns {
 		obs.Subsystems[n] = true
 	}
-	return prepared(obs), nil
+	obs.judged = true
+	st.eps, st.portAddr = obs.eps, obs.portAddr // grown: kept for the next use
+	return obs, nil
+}
+
+// store is the storage an observation's derived data is built in: the
+// engine reuses three (the baseline's, and the round's two observations),
+// so that thousands of endpoints make no garbage a round.
+type store struct {
+	index       rdma.Index
+	eps         endpointIndex
+	portAddr    []parsedAddr
+	linksUnread map[string]bool
+}
+
+// reset empties s, keeping its storage; what it held must no longer be used.
+func (s *store) reset() {
+	if s.eps.at == nil {
+		s.eps.at, s.linksUnread = map[epKey]int32{}, map[string]bool{}
+	}
+	clear(s.eps.at)
+	clear(s.linksUnread)
+	clear(s.eps.list[:cap(s.eps.list)])
+	s.eps.list, s.eps.nextPort, s.eps.nextPortal, s.portAddr = s.eps.list[:0], s.eps.nextPort[:0], s.eps.nextPortal[:0], s.portAddr[:0]
 }

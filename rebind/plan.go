@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
 )
 
 // EndpointState is what a plan concluded about one endpoint, for Learn.
@@ -32,10 +31,10 @@ type Planned struct {
 	Endpoints []EndpointState // what Learn remembers
 	// decided is every managed endpoint's decision: the baseline the next
 	// round's selection carries for the endpoints it does not decide.
-	decided map[Endpoint]*decision
+	decided map[epKey]*decision
 	// timed are the endpoints whose decision depends on the clock or on
 	// memory a round changes: decided again every round (select).
-	timed []Endpoint
+	timed []epKey
 }
 
 // decision is what a plan decided for one endpoint. It is never changed
@@ -49,8 +48,8 @@ type decision struct {
 // holder is one configfs object behind an endpoint.
 type holder struct {
 	key    Key
-	port   configfs.Port
-	portal configfs.Portal
+	port   *configfs.Port   // nvmet: the observation's
+	portal *configfs.Portal // lio: the observation's
 	intent *Intent
 	boot   *Declared // declared by a saved config and missing (window open)
 }
@@ -87,39 +86,54 @@ func decide(obs *Observed, mem Memory, cfg Config, sel Selection) Planned {
 			declared[Key{d.Kind, d.ID}] = d
 		}
 	}
-	groups := map[Endpoint]*group{}
-	var order []Endpoint
-	join := func(ep Endpoint, h holder) {
-		if !sel.has(ep) {
-			return
+	// The endpoints to decide, each with its objects from the index.
+	var entries []*endpointEntry
+	if sel.all || sel.prev == nil {
+		for i := range obs.eps.list {
+			entries = append(entries, &obs.eps.list[i])
 		}
-		g := groups[ep]
-		if g == nil {
-			g = &group{ep: ep}
-			groups[ep] = g
-			order = append(order, ep)
-		}
-		if in, ok := obs.Journal[h.key]; ok {
-			h.intent = &in
-		}
-		if d := declared[h.key]; d != nil && d.Addr == ep.Addr {
-			h.boot = d
-		}
-		g.holders = append(g.holders, h)
-	}
-	for i, port := range obs.Ports {
-		if ep, ok := managedPort(obs, i, cfg); ok {
-			join(ep, holder{key: Key{KindNvmet, port.ID}, port: port})
+	} else {
+		for _, keys := range [][]epKey{slices.Collect(maps.Keys(sel.dirty)), sel.prev.timed} {
+			for _, k := range keys {
+				if e, ok := obs.lookup(k); ok && !slices.Contains(entries, e) {
+					entries = append(entries, e)
+				}
+			}
 		}
 	}
-	for _, portal := range obs.Portals {
-		if ep, ok := managedPortal(portal, cfg); ok {
-			join(ep, holder{key: Key{KindLIO, portal.ID()}, portal: portal})
+	groups := make([]group, 0, len(entries))
+	holders := 0
+	for _, e := range entries {
+		g := group{ep: e.ep}
+		obs.objects(e, func(i int) {
+			var hd holder
+			if e.ep.Kind == KindNvmet {
+				if _, ok := managedPort(obs, i, cfg); !ok {
+					return
+				}
+				hd = holder{key: Key{KindNvmet, obs.Ports[i].ID}, port: &obs.Ports[i]}
+			} else {
+				if _, ok := managedPortal(obs.Portals[i], cfg); !ok {
+					return
+				}
+				hd = holder{key: Key{KindLIO, obs.Portals[i].ID()}, portal: &obs.Portals[i]}
+			}
+			if in, ok := obs.Journal[hd.key]; ok {
+				hd.intent = &in
+			}
+			if d := declared[hd.key]; d != nil && d.Addr == e.ep.Addr {
+				hd.boot = d
+			}
+			g.holders = append(g.holders, hd)
+		})
+		if len(g.holders) > 0 {
+			groups = append(groups, g)
+			holders += len(g.holders)
 		}
 	}
 	var p Planned
 	if sel.all || sel.prev == nil {
-		p.decided = make(map[Endpoint]*decision, len(order))
+		p.decided = make(map[epKey]*decision, len(groups))
 	} else {
 		p.decided = maps.Clone(sel.prev.decided)
 		for ep := range sel.dirty {
@@ -129,17 +143,21 @@ func decide(obs *Observed, mem Memory, cfg Config, sel Selection) Planned {
 			delete(p.decided, ep)
 		}
 	}
-	slices.SortFunc(order, compareEndpoints)
-	for _, ep := range order {
-		d, h := planEndpoint(groups[ep], obs, mem, cfg)
-		p.decided[ep] = d
+	slices.SortFunc(groups, func(a, b group) int { return compareEndpoints(a.ep, b.ep) })
+	// The decisions and their status items, in one allocation each.
+	ds, items := make([]decision, len(groups)), make([]Item, holders)
+	for i := range groups {
+		g, d := &groups[i], &ds[i]
+		d.items, items = items[:len(g.holders):len(g.holders)], items[len(g.holders):]
+		h := planEndpoint(d, g, obs, mem, cfg)
+		p.decided[g.ep.key()] = d
+		if d.timed {
+			// Carried decisions are never timed: every timed one of
+			// the baseline is decided again.
+			p.timed = append(p.timed, g.ep.key())
+		}
 		if h.Action != ActNone {
 			p.Heals = append(p.Heals, h)
-		}
-	}
-	for ep, d := range p.decided {
-		if d.timed {
-			p.timed = append(p.timed, ep)
 		}
 	}
 	p.Heals = append(p.Heals, dropGone(obs)...)
@@ -193,9 +211,10 @@ func managedPortal(p configfs.Portal, cfg Config) (Endpoint, bool) {
 	return Endpoint{KindLIO, p.Addr}, watched(cfg, p.Addr.Addr())
 }
 
-// planEndpoint decides one endpoint from its verdict: its state, the
-// status of its holders, and its heal.
-func planEndpoint(g *group, obs *Observed, mem Memory, cfg Config) (*decision, Heal) {
+// planEndpoint decides one endpoint from its verdict into d (whose items
+// has room for its holders): its state, the status of its holders, and its
+// heal.
+func planEndpoint(d *decision, g *group, obs *Observed, mem Memory, cfg Config) Heal {
 	ep := g.ep
 	v := obs.verdict(ep)
 	var h Heal
@@ -238,7 +257,7 @@ func planEndpoint(g *group, obs *Observed, mem Memory, cfg Config) (*decision, H
 	if h.Action != ActNone && h.Reason == "" {
 		h.Reason = reason
 	}
-	d := &decision{es: es, items: make([]Item, len(g.holders))}
+	d.es = es
 	d.timed = h.Action != ActNone || !retryAt.IsZero() || es.State.down() && !es.Held
 	for i, hd := range g.holders {
 		it := located(hd.key, ep, v.Carrier)
@@ -292,7 +311,7 @@ func planEndpoint(g *group, obs *Observed, mem Memory, cfg Config) (*decision, H
 	if _, ok := mem.Backoff[ep]; ok {
 		d.timed = true
 	}
-	return d, h
+	return h
 }
 
 // stateReason renders the endpoint's state for status.
@@ -313,16 +332,16 @@ func stateReason(ep Endpoint, st State, v Verdict, obs *Observed) string {
 		}
 		return "listener dead"
 	case StateStranded:
-		return fmt.Sprintf("stranded: listening on %s, but %s is carried by %s port %d now; hosts cannot connect", v.EntryName, ep.Addr.Addr(), v.Carrier.Dev.Name, v.Carrier.Port)
+		return fmt.Sprintf("stranded: listening on %s, but %s is carried by %s port %d now; hosts cannot connect", v.EntryName, ep.Addr.Addr(), v.Carrier.Dev, v.Carrier.Port)
 	}
 	return ""
 }
 
 // located is an object's status as its address tells it.
-func located(k Key, ep Endpoint, c rdma.Carrier) Item {
-	it := Item{Key: k, Endpoint: ep, Address: ep.Addr.Addr(), Service: ep.Addr.Port(), Netdev: c.Addr.Netdev}
+func located(k Key, ep Endpoint, c Carried) Item {
+	it := Item{Key: k, Endpoint: ep, Address: ep.Addr.Addr(), Service: ep.Addr.Port(), Netdev: c.Netdev}
 	if c.HasDev {
-		it.Carrier, it.CarrierPort, it.Device, it.GUID = c.Dev.Name, c.Port, c.Dev.Name, c.Dev.NodeGUID
+		it.Carrier, it.CarrierPort, it.Device, it.GUID = c.Dev, c.Port, c.Dev, c.GUID
 	}
 	return it
 }
@@ -332,5 +351,5 @@ func located(k Key, ep Endpoint, c rdma.Carrier) Item {
 // declared by a saved config). A plain iSCSI/TCP portal on the same
 // address:port does not.
 func sharing(hd holder) bool {
-	return hd.port.ID != "" || hd.portal.ISER || hd.intent != nil || hd.boot != nil
+	return hd.port != nil || hd.portal.ISER || hd.intent != nil || hd.boot != nil
 }

@@ -62,7 +62,7 @@ func gate(ep Endpoint, keys []Key, v Verdict, obs *Observed, mem Memory, cfg Con
 	case !c.Held:
 		return &hold{why: fmt.Sprintf("waiting for %s to appear on a netdev", ep.Addr.Addr()), clockFree: true}
 	case !c.HasDev:
-		return &hold{why: fmt.Sprintf("waiting for an RDMA device to carry %s on %s (no GID table entry yet)", ep.Addr.Addr(), c.Addr.Netdev), until: recheck(obs.EventAt, now)}
+		return &hold{why: fmt.Sprintf("waiting for an RDMA device to carry %s on %s (no GID table entry yet)", ep.Addr.Addr(), c.Netdev), until: recheck(obs.EventAt, now)}
 	}
 	if v.State == StateStranded && cfg.PinDevice {
 		return &hold{why: fmt.Sprintf("pin_device = true: left on %s", v.EntryName), clockFree: true}
@@ -77,7 +77,7 @@ func gate(ep Endpoint, keys []Key, v Verdict, obs *Observed, mem Memory, cfg Con
 		return &hold{why: fmt.Sprintf("gave up: dead for more than give_up_after=%v (run `nvmet-rebind rebind %s` or reload to try again)", cfg.GiveUpAfter, keys[0].ID), gaveUp: true, clockFree: true}
 	}
 	if until, wait := removalWait(mem, ep, v, since, now); wait {
-		return &hold{why: fmt.Sprintf("waiting: %s (index %d) that it listened on is still registered, its removal is probably in progress", c.Dev.Name, c.Dev.Index), until: until}
+		return &hold{why: fmt.Sprintf("waiting: %s (index %d) that it listened on is still registered, its removal is probably in progress", c.Dev, c.Index), until: until}
 	}
 	if v.State == StateStranded {
 		if until := since.Add(strandedGrace); now.Before(until) {
@@ -86,8 +86,8 @@ func gate(ep Endpoint, keys []Key, v Verdict, obs *Observed, mem Memory, cfg Con
 	}
 	if cfg.PinDevice {
 		for _, k := range keys {
-			if pin, ok := mem.Pins[k]; ok && pin != c.Dev.NodeGUID {
-				return &hold{why: fmt.Sprintf("pinned: was on node GUID %s, %s is now on %s (GUID %s)", rdma.FormatGUID(pin), ep.Addr.Addr(), c.Dev.Name, rdma.FormatGUID(c.Dev.NodeGUID))}
+			if pin, ok := mem.Pins[k]; ok && pin != c.GUID {
+				return &hold{why: fmt.Sprintf("pinned: was on node GUID %s, %s is now on %s (GUID %s)", rdma.FormatGUID(pin), ep.Addr.Addr(), c.Dev, rdma.FormatGUID(c.GUID))}
 			}
 		}
 	}
@@ -109,7 +109,7 @@ func removalWait(mem Memory, ep Endpoint, v Verdict, since, now time.Time) (time
 	if v.State != StateDead {
 		return time.Time{}, false
 	}
-	if idx, ok := mem.AliveOn[ep]; !ok || idx != v.Carrier.Dev.Index+1 {
+	if idx, ok := mem.AliveOn[ep]; !ok || idx != v.Carrier.Index+1 {
 		return time.Time{}, false
 	}
 	until := since.Add(removalGrace)

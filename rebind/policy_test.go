@@ -27,7 +27,7 @@ func TestGate(t *testing.T) {
 	ep := Endpoint{KindNvmet, netip.MustParseAddrPort("192.0.2.1:4420")}
 	k := Key{KindNvmet, "1"}
 	rxe1 := rdma.Device{Index: 7, Name: "rxe1", NodeGUID: 0x22}
-	carried := rdma.Carrier{Addr: rdma.Addr{Netdev: "veth0"}, Held: true, Dev: rxe1, Port: 1, FromGID: true, HasDev: true}
+	carried := Carried{Netdev: "veth0", Held: true, Dev: rxe1.Name, Index: rxe1.Index, GUID: rxe1.NodeGUID, Port: 1, FromGID: true, HasDev: true}
 	dead := Verdict{State: StateDead, Carrier: carried}
 	stranded := Verdict{State: StateStranded, Carrier: carried, EntryName: "rxe0", EntryDev: 3}
 	type want struct {
@@ -49,10 +49,10 @@ func TestGate(t *testing.T) {
 			expect: want{why: "addresses unknown", clockFree: true}},
 		{name: "address on no netdev", v: Verdict{State: StateDead},
 			expect: want{why: "to appear on a netdev", clockFree: true}},
-		{name: "no GID entry yet, 30 ms after an event: looked at again at 50 ms", v: Verdict{State: StateDead, Carrier: rdma.Carrier{Held: true, Addr: rdma.Addr{Netdev: "veth0"}}},
+		{name: "no GID entry yet, 30 ms after an event: looked at again at 50 ms", v: Verdict{State: StateDead, Carrier: Carried{Held: true, Netdev: "veth0"}},
 			obs:    func(o *Observed) { o.EventAt = o.Now.Add(-30 * time.Millisecond) },
 			expect: want{why: "no GID table entry yet", until: t0.Add(20 * time.Millisecond)}},
-		{name: "no GID entry, the rechecks over: the resync looks again", v: Verdict{State: StateDead, Carrier: rdma.Carrier{Held: true}},
+		{name: "no GID entry, the rechecks over: the resync looks again", v: Verdict{State: StateDead, Carrier: Carried{Held: true}},
 			obs:    func(o *Observed) { o.EventAt = o.Now.Add(-time.Minute) },
 			expect: want{why: "no GID table entry yet"}},
 		{name: "stranded with pin_device: left where it is", v: stranded, cfg: func(c *Config) { c.PinDevice = true },

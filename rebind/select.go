@@ -15,7 +15,7 @@ import (
 type Selection struct {
 	all   bool
 	prev  *Planned // the baseline's decisions
-	dirty map[Endpoint]bool
+	dirty map[epKey]bool
 }
 
 // All selects every endpoint (a first round, a reload).
@@ -23,11 +23,13 @@ func All() Selection { return Selection{all: true} }
 
 // has reports whether the round decides ep: selected, new since the
 // baseline, or decided by the clock there (timed: decided every round).
-func (s Selection) has(ep Endpoint) bool {
-	if s.all || s.prev == nil || s.dirty[ep] {
+func (s Selection) has(ep Endpoint) bool { return s.hasKey(ep.key()) }
+
+func (s Selection) hasKey(k epKey) bool {
+	if s.all || s.prev == nil || s.dirty[k] {
 		return true
 	}
-	d := s.prev.decided[ep]
+	d := s.prev.decided[k]
 	return d == nil || d.timed
 }
 
@@ -72,15 +74,15 @@ func Select(obs *Observed, mem Memory, base *Baseline) Selection {
 		!reflect.DeepEqual(obs.Declared, b.Declared) {
 		return All()
 	}
-	dirty := map[Endpoint]bool{}
+	dirty := map[epKey]bool{}
 	markPort := func(o *Observed, i int) {
 		if ep, ok := o.portEndpoint(i); ok {
-			dirty[ep] = true
+			dirty[ep.key()] = true
 		}
 	}
 	markPortal := func(p configfs.Portal) {
 		if p.Err == nil {
-			dirty[Endpoint{KindLIO, p.Addr}] = true
+			dirty[Endpoint{KindLIO, p.Addr}.key()] = true
 		}
 	}
 	pair(obs.Ports, b.Ports, func(p configfs.Port) string { return p.ID }, func(x, y configfs.Port) bool { return x.ID == y.ID }, func(i, j int) {
@@ -107,9 +109,10 @@ func Select(obs *Observed, mem Memory, base *Baseline) Selection {
 			markPortal(b.Portals[j])
 		}
 	})
-	for ep, v := range obs.verdicts {
-		if w, ok := b.verdicts[ep]; !ok || !v.same(w) {
-			dirty[ep] = true
+	for i := range obs.eps.list {
+		e := &obs.eps.list[i]
+		if w, ok := b.lookup(e.ep.key()); !ok || e.v != w.v {
+			dirty[e.ep.key()] = true
 		}
 	}
 	if len(obs.Journal)+len(mem.Forced) > 0 {

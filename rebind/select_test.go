@@ -44,15 +44,6 @@ func TestSelectionPlansWhatAFullPlanPlans(t *testing.T) {
 			got := plan(obs, mem, cfg, sel)
 			want := plan(obs, mem, cfg, All())
 			if diff := diffPlans(want, got); diff != "" {
-				t.Logf("dirty %v timed %v", sel.dirty, func() []Endpoint {
-					if sel.prev == nil {
-						return nil
-					}
-					return sel.prev.timed
-				}())
-				if base != nil {
-					t.Logf("base portals %v", base.obs.Portals)
-				}
 				t.Fatalf("seed %d round %d: the selection's plan (%d endpoints) differs from the full plan (-full +selection):\n%s\nworld: %s",
 					seed, round, sel.Size(), diff, g)
 			}
@@ -296,7 +287,7 @@ func (g *genWorld) observe() Observed {
 		ep, ok := obs.portEndpoint(i)
 		_, journaled := obs.Journal[Key{KindNvmet, p.ID}]
 		if ok && p.Err == nil && !journaled && !slices.ContainsFunc(obs.Declared, func(d Declared) bool { return d.ID == p.ID }) &&
-			obs.verdicts[ep].State == StateListening {
+			obs.verdict(ep).State == StateListening {
 			obs.Ports[i].Links = nil
 			obs.LinksUnread[p.ID] = true
 		}

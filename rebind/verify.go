@@ -22,7 +22,10 @@ func verify(done []pending, obs *Observed, obsErr error, now time.Time) []Outcom
 		var v Verdict
 		var known bool
 		if obsErr == nil {
-			v, known = obs.verdicts[h.Endpoint]
+			var e *endpointEntry
+			if e, known = obs.lookup(h.Endpoint.key()); known {
+				v = e.v
+			}
 		}
 		switch {
 		case p.err != nil && refused(p.err):

@@ -69,6 +69,32 @@ func (e Endpoint) Owner() string { return e.Kind.owner() }
 
 func (e Endpoint) String() string { return e.Owner() + " " + e.Addr.String() }
 
+// epKey is an Endpoint as the engine's maps key it: plain memory, no
+// string and no pointer, so it hashes and compares as bytes.
+type epKey struct {
+	ip   [16]byte
+	port uint16
+	is4  bool
+	lio  bool
+}
+
+func (e Endpoint) key() epKey {
+	a := e.Addr.Addr()
+	return epKey{ip: a.As16(), port: e.Addr.Port(), is4: a.Is4(), lio: e.Kind == KindLIO}
+}
+
+func (k epKey) endpoint() Endpoint {
+	a := netip.AddrFrom16(k.ip)
+	if k.is4 {
+		a = a.Unmap()
+	}
+	ep := Endpoint{Kind: KindNvmet, Addr: netip.AddrPortFrom(a, k.port)}
+	if k.lio {
+		ep.Kind = KindLIO
+	}
+	return ep
+}
+
 // compareEndpoints orders nvmet endpoints before LIO ones (configfs order
 // of the objects), then by address.
 func compareEndpoints(a, b Endpoint) int {
