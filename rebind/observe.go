@@ -112,9 +112,9 @@ type endpointIndex struct {
 }
 
 type endpointEntry struct {
-	ep            Endpoint
-	v             Verdict
-	first, last   int32 // the endpoint's first and last object (ports or portals by its kind); -1: none
+	ep          Endpoint
+	v           Verdict
+	first, last int32 // the endpoint's first and last object (ports or portals by its kind); -1: none
 }
 
 // entry returns ep's entry, judging it the first time it is asked for.
