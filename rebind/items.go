@@ -9,8 +9,14 @@ import (
 // assemble fills the status of every object, in configfs order (ports,
 // portals, then what saved configs declare and configfs lacks), and the
 // endpoint states Learn reads: a managed object's from its endpoint's
-// decision, any other's from the object alone (classify).
-func assemble(p *Planned, obs *Observed, cfg Config) {
+// decision, any other's from the object alone (classify). When sel decided
+// nothing and obs holds the baseline's objects and verdicts, that is the
+// baseline's status (idle resyncs rebuild nothing).
+func assemble(p *Planned, obs *Observed, cfg Config, sel Selection) {
+	if sel.same && p.carried && len(sel.prev.Items) > 0 {
+		p.Items, p.Endpoints = sel.prev.Items, sel.prev.Endpoints
+		return
+	}
 	p.Items = make([]Item, 0, len(obs.Ports)+len(obs.Portals))
 	p.Endpoints = make([]EndpointState, 0, len(p.decided))
 	var next map[epKey]int // the next holder of endpoints held by several objects
@@ -99,20 +105,13 @@ func classifyPortal(portal configfs.Portal, obs *Observed) Item {
 // the engine's: a wildcard, or outside the watched subnets. Its state is
 // the kernel's verdict on the listener it has.
 func unmanaged(k Key, ep Endpoint, obs *Observed) Item {
+	v := obs.verdict(ep)
 	if ep.Addr.Addr().IsUnspecified() {
-		it := located(k, ep, carried(obs.index.Carrier(ep.Addr.Addr())))
+		it := located(k, ep, v.Carrier)
 		it.Reason = "wildcard address: the kernel re-listens on new devices by itself"
-		switch {
-		case obs.ListenersErr != nil:
-			it.State = StateUnknown
-		case len(obs.Devices) > 0 && obs.index.Wildcard(ep.Owner(), ep.Addr):
-			it.State = StateListening
-		default:
-			it.State = StateDead
-		}
+		it.State = v.State
 		return it
 	}
-	v := obs.verdict(ep)
 	it := located(k, ep, v.Carrier)
 	it.Reason = "outside the watched subnets"
 	it.State = v.State

@@ -43,7 +43,22 @@ func carried(c rdma.Carrier) Carried {
 // reach the address through the carrier are rejected. Without a carrier
 // decided from a GID table (address absent, no device carries it, GID table
 // unreadable) an entry is taken as alive: nothing better can be bound.
+//
+// A wildcard endpoint is the kernel's own (it listens on every device, and
+// on new ones by itself): listening when some device has its wildcard
+// listener, never stranded.
 func judge(ep Endpoint, listenersKnown bool, ix *rdma.Index) Verdict {
+	if ep.Addr.Addr().IsUnspecified() {
+		v := Verdict{State: StateUnknown}
+		switch {
+		case !listenersKnown:
+		case ix.Devices() > 0 && ix.Wildcard(ep.Owner(), ep.Addr):
+			v.State = StateListening
+		default:
+			v.State = StateDead
+		}
+		return v
+	}
 	c := carried(ix.Carrier(ep.Addr.Addr()))
 	v := Verdict{Carrier: c}
 	if !listenersKnown {

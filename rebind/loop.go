@@ -176,7 +176,7 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 		e.log.Debug("round", "heals", len(ran), "selected", sel.Size(), "observe", observed.Sub(start), "plan", planned.Sub(observed),
 			"act_and_verify", time.Since(planned), "configfs_writes", e.stats.WriteTime-w0, "journal", e.stats.JournalTime-j0, "verify", verified)
 	}
-	assemble(&pl, &obs, e.cfg)
+	assemble(&pl, &obs, e.cfg, sel)
 	e.learn(&obs, &pl, sel)
 	e.stats.ReconcileTime += time.Since(start)
 	e.publish(&obs, &pl, outcomes, nextLook(pl, ran, obs.Now, e.opt.DryRun))

@@ -88,7 +88,7 @@ type Observed struct {
 	// Derived once from the fields above (prepared), never changed after:
 	index    *rdma.Index   // the kernel tables' index (rdma)
 	portAddr []parsedAddr  // Ports[i]'s address, parsed
-	eps      endpointIndex // every specific address: its verdict and objects
+	eps      endpointIndex // every endpoint: its verdict and objects
 	judged   bool          // every object is in eps
 	store    *store        // where the above are kept (nil: made by prepared)
 }
@@ -213,15 +213,16 @@ func (o *Observed) indexPort(i int) {
 // indexPortal adds Portals[i] to the endpoint index.
 func (o *Observed) indexPortal(i int) {
 	o.eps.nextPortal[i] = -1
-	if p := o.Portals[i]; p.Err == nil && !p.Addr.Addr().IsUnspecified() {
+	if p := o.Portals[i]; p.Err == nil {
 		o.addObject(Endpoint{KindLIO, p.Addr}, i)
 	}
 }
 
-// portEndpoint is Ports[i]'s endpoint, when it has a specific RDMA address.
+// portEndpoint is Ports[i]'s endpoint, when it is an RDMA port with an
+// address (a wildcard included).
 func (o *Observed) portEndpoint(i int) (Endpoint, bool) {
 	p, a := o.Ports[i], o.portAddr[i]
-	if p.Trtype != configfs.TransportRDMA || a.err != nil || a.ap.Addr().IsUnspecified() {
+	if p.Trtype != configfs.TransportRDMA || a.err != nil {
 		return Endpoint{}, false
 	}
 	return Endpoint{KindNvmet, a.ap}, true

@@ -32,6 +32,7 @@ type Planned struct {
 	// decided is every managed endpoint's decision: the baseline the next
 	// round's selection carries for the endpoints it does not decide.
 	decided map[epKey]*decision
+	carried bool // every decision is the baseline's
 	// timed are the endpoints whose decision depends on the clock or on
 	// memory a round changes: decided again every round (select).
 	timed []epKey
@@ -71,7 +72,7 @@ func Plan(obs Observed, mem Memory, cfg Config) Planned {
 func plan(obs Observed, mem Memory, cfg Config, sel Selection) Planned {
 	obs = prepared(obs)
 	p := decide(&obs, mem, cfg, sel)
-	assemble(&p, &obs, cfg)
+	assemble(&p, &obs, cfg, sel)
 	return p
 }
 
@@ -132,9 +133,12 @@ func decide(obs *Observed, mem Memory, cfg Config, sel Selection) Planned {
 		}
 	}
 	var p Planned
-	if sel.all || sel.prev == nil {
+	switch {
+	case sel.all || sel.prev == nil:
 		p.decided = make(map[epKey]*decision, len(groups))
-	} else {
+	case len(groups) == 0 && len(sel.dirty) == 0 && len(sel.prev.timed) == 0:
+		p.decided, p.carried = sel.prev.decided, true // nothing to decide: every decision is carried (never written after it is made)
+	default:
 		p.decided = maps.Clone(sel.prev.decided)
 		for ep := range sel.dirty {
 			delete(p.decided, ep)
@@ -197,7 +201,7 @@ func dropGone(obs *Observed) []Heal {
 // a readable RDMA port with a specific, watched address.
 func managedPort(obs *Observed, i int, cfg Config) (Endpoint, bool) {
 	ep, ok := obs.portEndpoint(i)
-	if !ok || obs.Ports[i].Err != nil || !obs.Ports[i].Adrfam.IP() {
+	if !ok || obs.Ports[i].Err != nil || !obs.Ports[i].Adrfam.IP() || ep.Addr.Addr().IsUnspecified() {
 		return Endpoint{}, false
 	}
 	return ep, watched(cfg, ep.Addr.Addr())

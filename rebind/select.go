@@ -16,6 +16,10 @@ type Selection struct {
 	all   bool
 	prev  *Planned // the baseline's decisions
 	dirty map[epKey]bool
+	// same: the observation holds exactly the baseline's objects (in its
+	// order) and verdicts, so a plan that decides nothing again has the
+	// baseline's status (Plan is pure).
+	same bool
 }
 
 // All selects every endpoint (a first round, a reload).
@@ -75,12 +79,15 @@ func Select(obs *Observed, mem Memory, base *Baseline) Selection {
 		return All()
 	}
 	dirty := map[epKey]bool{}
+	changed := false // some object, verdict or request differs from the baseline's
 	markPort := func(o *Observed, i int) {
+		changed = true
 		if ep, ok := o.portEndpoint(i); ok {
 			dirty[ep.key()] = true
 		}
 	}
 	markPortal := func(p configfs.Portal) {
+		changed = true
 		if p.Err == nil {
 			dirty[Endpoint{KindLIO, p.Addr}.key()] = true
 		}
@@ -112,7 +119,7 @@ func Select(obs *Observed, mem Memory, base *Baseline) Selection {
 	for i := range obs.eps.list {
 		e := &obs.eps.list[i]
 		if w, ok := b.lookup(e.ep.key()); !ok || e.v != w.v {
-			dirty[e.ep.key()] = true
+			dirty[e.ep.key()], changed = true, true
 		}
 	}
 	if len(obs.Journal)+len(mem.Forced) > 0 {
@@ -131,7 +138,7 @@ func Select(obs *Observed, mem Memory, base *Baseline) Selection {
 			}
 		}
 	}
-	return Selection{prev: base.pl, dirty: dirty}
+	return Selection{prev: base.pl, dirty: dirty, same: !changed && len(b.eps.list) == len(obs.eps.list)}
 }
 
 // pair calls f with the index in a and in b of each object of either, by

@@ -148,6 +148,9 @@ func (ix *Index) Carrier(ip netip.Addr) Carrier {
 	return c
 }
 
+// Devices is the number of registered devices.
+func (ix *Index) Devices() int { return len(ix.devByIdx) }
+
 // Device returns the registered device of an index.
 func (ix *Index) Device(index uint32) (Device, bool) {
 	d, ok := ix.devByIdx[index]
