@@ -2,6 +2,7 @@ package rebind
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 )
@@ -17,7 +18,7 @@ func assemble(p *Planned, obs *Observed, cfg Config, sel Selection) {
 		p.Items, p.Endpoints = sel.prev.Items, sel.prev.Endpoints
 		return
 	}
-	p.Items = make([]Item, 0, len(obs.Ports)+len(obs.Portals))
+	p.Items = make([]Item, 0, len(obs.Ports)+len(obs.Portals)+len(obs.Declared))
 	p.Endpoints = make([]EndpointState, 0, len(p.decided))
 	var next map[epKey]int // the next holder of endpoints held by several objects
 	take := func(ep Endpoint) {
@@ -35,6 +36,14 @@ func assemble(p *Planned, obs *Observed, cfg Config, sel Selection) {
 			p.Endpoints = append(p.Endpoints, d.es)
 		}
 		p.Items = append(p.Items, d.items[i])
+		switch {
+		case p.fresh && len(d.items) == 1:
+			// The decision is this plan's own: its item lives in Items
+			// from now on (one copy of every status item, not two).
+			d.items = p.Items[len(p.Items)-1 : len(p.Items) : len(p.Items)]
+		case p.fresh && i == 0:
+			d.items = slices.Clone(d.items) // off the plan's slab, which is then free
+		}
 	}
 	seen := make(map[Key]bool, len(obs.Declared))
 	for i, port := range obs.Ports {

@@ -1,6 +1,8 @@
 package rebind
 
 import (
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
+
 	"context"
 	"errors"
 	"log/slog"
@@ -59,7 +61,7 @@ type Engine struct {
 	base      *Baseline // the last round's observation and plan: select's baseline
 	results   map[Key]Outcome
 	stats     Stats
-	stores    [3]store // the storage of the baseline's and a round's two observations
+	views     [2]rdma.Index // the kernel tables' index of a round's two observations, storage reused
 
 	snap atomic.Pointer[Snapshot] // published once per round
 }
@@ -157,7 +159,7 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 	defer e.run.Unlock()
 	start := time.Now()
 	e.takeRequests()
-	obs, err := e.observe(e.cfg, nil, e.spare(nil))
+	obs, err := e.observe(e.cfg, nil, &e.views[0])
 	if err != nil {
 		e.stats.ReconcileTime += time.Since(start)
 		return nil, err
@@ -210,7 +212,7 @@ func (e *Engine) act(ctx context.Context, obs *Observed, pl *Planned, sel *Selec
 	var outcomes []Outcome
 	next, base := *obs, baseline(*obs, *pl)
 	if len(done) > 0 {
-		obs2, err := e.observe(e.cfg, obs.Devices, e.spare(obs.store))
+		obs2, err := e.observe(e.cfg, obs.Devices, &e.views[1])
 		outcomes = verify(done, &obs2, err, time.Now())
 		e.mem = learnOutcomes(e.mem, outcomes, obs2.Now)
 		for _, p := range done {
@@ -225,17 +227,6 @@ func (e *Engine) act(ctx context.Context, obs *Observed, pl *Planned, sel *Selec
 	*obs, *sel = next, Select(&next, e.mem, base)
 	*pl = decide(obs, e.mem, e.cfg, *sel)
 	return outcomes, ran, time.Since(acted), nil
-}
-
-// spare returns a store neither the baseline nor the observation using
-// busy (nil: none) holds.
-func (e *Engine) spare(busy *store) *store {
-	for i := range e.stores {
-		if s := &e.stores[i]; s != busy && (e.base == nil || s != e.base.obs.store) {
-			return s
-		}
-	}
-	panic("rebind: no spare observation store")
 }
 
 // learn keeps what the round concluded: memory (Learn), the pins when they

@@ -90,7 +90,6 @@ type Observed struct {
 	portAddr []parsedAddr  // Ports[i]'s address, parsed
 	eps      endpointIndex // every endpoint: its verdict and objects
 	judged   bool          // every object is in eps
-	store    *store        // where the above are kept (nil: made by prepared)
 }
 
 // parsedAddr is a port's address and service, or why they do not parse.
@@ -118,14 +117,18 @@ type endpointEntry struct {
 }
 
 // entry returns ep's entry, judging it the first time it is asked for.
-func (o *Observed) entry(ep Endpoint) *endpointEntry {
+func (o *Observed) entry(ep Endpoint) *endpointEntry { return &o.eps.list[o.entryAt(ep)] }
+
+// entryAt is entry's index in the list.
+func (o *Observed) entryAt(ep Endpoint) int32 {
 	k := ep.key()
 	if i, ok := o.eps.at[k]; ok {
-		return &o.eps.list[i]
+		return i
 	}
-	o.eps.at[k] = int32(len(o.eps.list))
+	i := int32(len(o.eps.list))
+	o.eps.at[k] = i
 	o.eps.list = append(o.eps.list, endpointEntry{ep: ep, v: judge(ep, o.ListenersErr == nil, o.index), first: -1, last: -1})
-	return &o.eps.list[len(o.eps.list)-1]
+	return i
 }
 
 // verdict is the endpoint's verdict in this observation.
@@ -141,10 +144,13 @@ func (o *Observed) lookup(k epKey) (*endpointEntry, bool) {
 }
 
 // addObject chains object i (a port, or a portal) to its endpoint.
-func (o *Observed) addObject(ep Endpoint, i int) {
-	e := o.entry(ep)
+func (o *Observed) addObject(ep Endpoint, i int) { o.chain(o.entryAt(ep), i) }
+
+// chain adds object i to the entry at ei.
+func (o *Observed) chain(ei int32, i int) {
+	e := &o.eps.list[ei]
 	next := o.eps.nextPort
-	if ep.Kind == KindLIO {
+	if e.ep.Kind == KindLIO {
 		next = o.eps.nextPortal
 	}
 	next[i] = -1
@@ -236,12 +242,11 @@ func (o *Observed) portEndpoint(i int) (Endpoint, bool) {
 // Errors that make the observation unusable (configfs unreadable) are
 // returned; kernel read errors are recorded and make the affected facts
 // unknown.
-func (e *Engine) observe(cfg Config, prev []rdma.Device, st *store) (Observed, error) {
-	if st == nil {
-		st = new(store)
+func (e *Engine) observe(cfg Config, prev []rdma.Device, into *rdma.Index) (Observed, error) {
+	if into == nil {
+		into = new(rdma.Index)
 	}
-	st.reset()
-	obs := Observed{Now: e.opt.Now(), BootUntil: e.bootUntil, Subsystems: map[string]bool{}, LinksUnread: st.linksUnread, store: st}
+	obs := Observed{Now: e.opt.Now(), BootUntil: e.bootUntil, Subsystems: map[string]bool{}, LinksUnread: map[string]bool{}}
 	if at := e.eventAt.Load(); at != 0 {
 		obs.EventAt = time.Unix(0, at)
 	}
@@ -256,8 +261,8 @@ func (e *Engine) observe(cfg Config, prev []rdma.Device, st *store) (Observed, e
 	} else {
 		obs.Listeners, obs.ListenersErr = e.opt.Kernel.CMIDs(obs.Devices)
 	}
-	st.index.Reindex(obs.Devices, obs.Addrs, obs.Listeners)
-	obs.index = &st.index
+	into.Reindex(obs.Devices, obs.Addrs, obs.Listeners)
+	obs.index = into
 	obs.JournalErrs = slices.Clone(e.opt.Quarantined)
 	if e.opt.Store != nil {
 		var bad []error
@@ -281,15 +286,19 @@ func (e *Engine) observe(cfg Config, prev []rdma.Device, st *store) (Observed, e
 	if err != nil {
 		return obs, err
 	}
-	obs.eps = st.eps
-	obs.Ports, obs.portAddr = ports[:0], st.portAddr
+	obs.eps = newEndpointIndex(len(ports), 0)
+	obs.eps.list = slices.Grow(obs.eps.list, len(ports)) // ports, then portals: most targets have as many
+	obs.Ports, obs.portAddr = ports[:0], make([]parsedAddr, 0, len(ports))
 	for _, p := range ports {
 		var a parsedAddr
 		a.ap, a.err = p.Addr()
+		ei := int32(-1) // the port's entry in the endpoint index
+		if p.Err == nil && p.Trtype == configfs.TransportRDMA && a.err == nil {
+			ei = obs.entryAt(Endpoint{KindNvmet, a.ap})
+		}
 		needLinks := true
-		if _, journaled := obs.Journal[Key{KindNvmet, p.ID}]; p.Err == nil && !journaled && !declared[p.ID] &&
-			p.Trtype == configfs.TransportRDMA && a.err == nil && !a.ap.Addr().IsUnspecified() {
-			needLinks = obs.verdict(Endpoint{KindNvmet, a.ap}).State != StateListening
+		if _, journaled := obs.Journal[Key{KindNvmet, p.ID}]; ei >= 0 && !journaled && !declared[p.ID] && !a.ap.Addr().IsUnspecified() {
+			needLinks = obs.eps.list[ei].v.State != StateListening
 		}
 		switch {
 		case p.Err != nil:
@@ -307,7 +316,9 @@ func (e *Engine) observe(cfg Config, prev []rdma.Device, st *store) (Observed, e
 		obs.Ports = append(obs.Ports, p)
 		obs.portAddr = append(obs.portAddr, a)
 		obs.eps.nextPort = append(obs.eps.nextPort, -1)
-		obs.indexPort(len(obs.Ports) - 1)
+		if ei >= 0 {
+			obs.chain(ei, len(obs.Ports)-1)
+		}
 	}
 	if obs.Portals, obs.PortalsErr = e.opt.Tree.Portals(); obs.PortalsErr != nil {
 		e.log.Warn("some LIO portals unreadable; the rest is reconciled", "err", obs.PortalsErr)
@@ -324,27 +335,5 @@ func (e *Engine) observe(cfg Config, prev []rdma.Device, st *store) (Observed, e
 		obs.Subsystems[n] = true
 	}
 	obs.judged = true
-	st.eps, st.portAddr = obs.eps, obs.portAddr // grown: kept for the next use
 	return obs, nil
-}
-
-// store is the storage an observation's derived data is built in: the
-// engine reuses three (the baseline's, and the round's two observations),
-// so that thousands of endpoints make no garbage a round.
-type store struct {
-	index       rdma.Index
-	eps         endpointIndex
-	portAddr    []parsedAddr
-	linksUnread map[string]bool
-}
-
-// reset empties s, keeping its storage; what it held must no longer be used.
-func (s *store) reset() {
-	if s.eps.at == nil {
-		s.eps.at, s.linksUnread = map[epKey]int32{}, map[string]bool{}
-	}
-	clear(s.eps.at)
-	clear(s.linksUnread)
-	clear(s.eps.list[:cap(s.eps.list)])
-	s.eps.list, s.eps.nextPort, s.eps.nextPortal, s.portAddr = s.eps.list[:0], s.eps.nextPort[:0], s.eps.nextPortal[:0], s.portAddr[:0]
 }

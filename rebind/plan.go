@@ -33,6 +33,7 @@ type Planned struct {
 	// round's selection carries for the endpoints it does not decide.
 	decided map[epKey]*decision
 	carried bool // every decision is the baseline's
+	fresh   bool // every decision is this plan's own (it selected all)
 	// timed are the endpoints whose decision depends on the clock or on
 	// memory a round changes: decided again every round (select).
 	timed []epKey
@@ -104,8 +105,13 @@ func decide(obs *Observed, mem Memory, cfg Config, sel Selection) Planned {
 	}
 	groups := make([]group, 0, len(entries))
 	holders := 0
+	var slab []holder // every group's holders, each group's contiguous
+	if len(entries) > 64 {
+		slab = make([]holder, 0, len(obs.Ports)+len(obs.Portals))
+	}
 	for _, e := range entries {
 		g := group{ep: e.ep}
+		start := len(slab)
 		obs.objects(e, func(i int) {
 			var hd holder
 			if e.ep.Kind == KindNvmet {
@@ -125,8 +131,9 @@ func decide(obs *Observed, mem Memory, cfg Config, sel Selection) Planned {
 			if d := declared[hd.key]; d != nil && d.Addr == e.ep.Addr {
 				hd.boot = d
 			}
-			g.holders = append(g.holders, hd)
+			slab = append(slab, hd)
 		})
+		g.holders = slab[start:len(slab):len(slab)]
 		if len(g.holders) > 0 {
 			groups = append(groups, g)
 			holders += len(g.holders)
@@ -135,7 +142,7 @@ func decide(obs *Observed, mem Memory, cfg Config, sel Selection) Planned {
 	var p Planned
 	switch {
 	case sel.all || sel.prev == nil:
-		p.decided = make(map[epKey]*decision, len(groups))
+		p.decided, p.fresh = make(map[epKey]*decision, len(groups)), true
 	case len(groups) == 0 && len(sel.dirty) == 0 && len(sel.prev.timed) == 0:
 		p.decided, p.carried = sel.prev.decided, true // nothing to decide: every decision is carried (never written after it is made)
 	default:

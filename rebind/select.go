@@ -117,8 +117,16 @@ func Select(obs *Observed, mem Memory, base *Baseline) Selection {
 		}
 	})
 	for i := range obs.eps.list {
+		// The same objects in the same order index the same endpoints in
+		// the same order: compare side by side, else by key.
 		e := &obs.eps.list[i]
-		if w, ok := b.lookup(e.ep.key()); !ok || e.v != w.v {
+		w, ok := (*endpointEntry)(nil), false
+		if i < len(b.eps.list) && b.eps.list[i].ep == e.ep {
+			w, ok = &b.eps.list[i], true
+		} else {
+			w, ok = b.lookup(e.ep.key())
+		}
+		if !ok || e.v != w.v {
 			dirty[e.ep.key()], changed = true, true
 		}
 	}
