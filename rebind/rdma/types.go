@@ -4,7 +4,9 @@
 // gid_attrs) and from it which RDMA port carries an IP address (Carriers),
 // the live rdma_cm identifiers (RDMA netlink RDMA_NLDEV_CMD_RES_CM_ID_GET,
 // what `rdma resource show cm_id` prints) and the IP addresses of netdevs
-// (rtnetlink, through vishvananda/netlink). Live puts them together.
+// (rtnetlink, through vishvananda/netlink). Live puts them together, and
+// Index answers what a plan asks of one reading of them (which port
+// carries an address, which listeners an endpoint has).
 //
 // The NETLINK_RDMA requests and their parsing are written here by hand:
 // no Go library speaks RDMA netlink's nldev family (the cm_id resource dump
