@@ -83,18 +83,6 @@ func (e Endpoint) key() epKey {
 	return epKey{ip: a.As16(), port: e.Addr.Port(), is4: a.Is4(), lio: e.Kind == KindLIO}
 }
 
-func (k epKey) endpoint() Endpoint {
-	a := netip.AddrFrom16(k.ip)
-	if k.is4 {
-		a = a.Unmap()
-	}
-	ep := Endpoint{Kind: KindNvmet, Addr: netip.AddrPortFrom(a, k.port)}
-	if k.lio {
-		ep.Kind = KindLIO
-	}
-	return ep
-}
-
 // compareEndpoints orders nvmet endpoints before LIO ones (configfs order
 // of the objects), then by address.
 func compareEndpoints(a, b Endpoint) int {
