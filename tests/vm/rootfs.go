@@ -26,17 +26,83 @@ var SystemdPackages = []string{
 const rootfsFormat = "rootfs-v1"
 
 // debianSources are the apt sources of the image (Debian 12 and its
-// updates): NVMET_REBIND_DEBIAN_MIRROR replaces deb.debian.org.
-func debianSources() []string {
-	m := strings.TrimSuffix(os.Getenv("NVMET_REBIND_DEBIAN_MIRROR"), "/")
-	if m == "" {
-		m = "http://deb.debian.org"
+// updates), on the Debian mirror this host's own apt configuration uses
+// (hostDebianMirror), or NVMET_REBIND_DEBIAN_MIRROR when set.
+func debianSources() ([]string, error) {
+	m, sec := strings.TrimSuffix(os.Getenv("NVMET_REBIND_DEBIAN_MIRROR"), "/"), ""
+	if m != "" {
+		m, sec = m+"/debian", m+"/debian-security"
+	} else {
+		var err error
+		if m, sec, err = hostDebianMirror("/etc/apt"); err != nil {
+			return nil, err
+		}
 	}
 	return []string{
-		"deb " + m + "/debian bookworm main",
-		"deb " + m + "/debian bookworm-updates main",
-		"deb " + m + "/debian-security bookworm-security main",
+		"deb " + m + " bookworm main",
+		"deb " + m + " bookworm-updates main",
+		"deb " + sec + " bookworm-security main",
+	}, nil
+}
+
+// hostDebianMirror reads the apt sources under dir (sources.list and
+// sources.list.d/*.list, *.sources in one-line or deb822 form) and returns
+// the first URI of Debian's archive (its path ends in /debian) and of its
+// security archive (/debian-security; by default the archive's host with
+// that path).
+func hostDebianMirror(dir string) (archive, security string, err error) {
+	files := []string{filepath.Join(dir, "sources.list")}
+	for _, pat := range []string{"*.list", "*.sources"} {
+		m, _ := filepath.Glob(filepath.Join(dir, "sources.list.d", pat))
+		sort.Strings(m)
+		files = append(files, m...)
 	}
+	var uris []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			line = strings.TrimSpace(line)
+			if v, ok := strings.CutPrefix(line, "URIs:"); ok {
+				uris = append(uris, strings.Fields(v)...)
+				continue
+			}
+			fs := strings.Fields(line)
+			if len(fs) < 3 || fs[0] != "deb" {
+				continue
+			}
+			fs = fs[1:]
+			if strings.HasPrefix(fs[0], "[") { // [arch=… signed-by=…]
+				for len(fs) > 0 && !strings.HasSuffix(fs[0], "]") {
+					fs = fs[1:]
+				}
+				if len(fs) > 0 {
+					fs = fs[1:]
+				}
+			}
+			if len(fs) > 0 {
+				uris = append(uris, fs[0])
+			}
+		}
+	}
+	for _, u := range uris {
+		u = strings.TrimSuffix(u, "/")
+		switch {
+		case archive == "" && strings.HasSuffix(u, "/debian"):
+			archive = u
+		case security == "" && strings.HasSuffix(u, "/debian-security"):
+			security = u
+		}
+	}
+	if archive == "" {
+		return "", "", ErrSkip{fmt.Sprintf("no Debian archive (a URI ending in /debian) in the apt sources under %s: add one, or set NVMET_REBIND_DEBIAN_MIRROR", dir)}
+	}
+	if security == "" {
+		security = strings.TrimSuffix(archive, "/debian") + "/debian-security"
+	}
+	return archive, security, nil
 }
 
 // DebianRootfs builds (or reuses from the cache) a tar of a Debian 12
@@ -50,10 +116,14 @@ func DebianRootfs() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	sources, err := debianSources()
+	if err != nil {
+		return "", err
+	}
 	pkgs := append([]string(nil), SystemdPackages...)
 	sort.Strings(pkgs)
 	h := sha256.New()
-	fmt.Fprintln(h, rootfsFormat, strings.Join(pkgs, ","), strings.Join(debianSources(), "|"))
+	fmt.Fprintln(h, rootfsFormat, strings.Join(pkgs, ","), strings.Join(sources, "|"))
 	key := hex.EncodeToString(h.Sum(nil))[:16]
 	dir := filepath.Join(cache, "rootfs")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -84,7 +154,7 @@ func DebianRootfs() (string, error) {
 		"--include=" + strings.Join(pkgs, ","),
 		"bookworm", tmp,
 	}
-	args = append(args, debianSources()...)
+	args = append(args, sources...)
 	if _, err := run("", "mmdebstrap", args...); err != nil {
 		os.Remove(tmp)
 		return "", err
