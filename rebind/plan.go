@@ -95,11 +95,9 @@ func decide(obs *Observed, mem Memory, cfg Config, sel Selection) Planned {
 			entries = append(entries, &obs.eps.list[i])
 		}
 	} else {
-		for _, keys := range [][]epKey{slices.Collect(maps.Keys(sel.dirty)), sel.prev.timed} {
-			for _, k := range keys {
-				if e, ok := obs.lookup(k); ok && !slices.Contains(entries, e) {
-					entries = append(entries, e)
-				}
+		for k := range sel.decides() {
+			if e, ok := obs.lookup(k); ok {
+				entries = append(entries, e)
 			}
 		}
 	}

@@ -25,24 +25,32 @@ type Selection struct {
 // All selects every endpoint (a first round, a reload).
 func All() Selection { return Selection{all: true} }
 
-// has reports whether the round decides ep: selected, new since the
-// baseline, or decided by the clock there (timed: decided every round).
-func (s Selection) has(ep Endpoint) bool { return s.hasKey(ep.key()) }
-
-func (s Selection) hasKey(k epKey) bool {
-	if s.all || s.prev == nil || s.dirty[k] {
-		return true
+// decides is the set of endpoints a selection that is not of all decides:
+// those selected, and those the baseline decided by the clock (timed:
+// decided every round).
+func (s Selection) decides() map[epKey]bool {
+	out := make(map[epKey]bool, len(s.dirty)+len(s.prev.timed))
+	for k := range s.dirty {
+		out[k] = true
 	}
-	d := s.prev.decided[k]
-	return d == nil || d.timed
+	for _, k := range s.prev.timed {
+		out[k] = true
+	}
+	return out
 }
 
-// Size is the number of endpoints selected, -1 for all.
+// Size is the number of endpoints the selection decides, -1 for all.
 func (s Selection) Size() int {
 	if s.all || s.prev == nil {
 		return -1
 	}
-	return len(s.dirty) + len(s.prev.timed)
+	n := len(s.dirty)
+	for _, k := range s.prev.timed {
+		if !s.dirty[k] {
+			n++
+		}
+	}
+	return n
 }
 
 // Baseline is what the next round's selection compares with: the last
@@ -67,7 +75,7 @@ func baseline(obs Observed, pl Planned) *Baseline {
 // unreadable table, the saved configs) selects all, and so does no
 // baseline. The endpoints decided by the clock (a heal due or held by a
 // timer, a backoff, a journal entry, a saved config's declaration while
-// the boot window is open) are decided every round (Selection.has).
+// the boot window is open) are decided every round (Selection.decides).
 func Select(obs *Observed, mem Memory, base *Baseline) Selection {
 	if base == nil || base.pl == nil {
 		return All()

@@ -499,7 +499,7 @@ func TestSelect(t *testing.T) {
 			}
 			var got []Endpoint
 			for _, ep := range []Endpoint{ep1, ep2, epL} {
-				if sel.has(ep) {
+				if sel.all || sel.prev == nil || sel.decides()[ep.key()] {
 					got = append(got, ep)
 				}
 			}
