@@ -91,6 +91,38 @@ func BenchmarkObservePlanModel(b *testing.B) {
 	}
 }
 
+// BenchmarkSteadyRound: one round of the Run loop's resync when nothing
+// changed (n ports and n portals, all alive; configfs through the inotify
+// model): what an idle daemon spends every resync interval.
+func BenchmarkSteadyRound(b *testing.B) {
+	for _, n := range []int{256, 1024, 4096} {
+		b.Run(fmt.Sprintf("ports=%d+portals=%d", n, n), func(b *testing.B) {
+			k := bigWorld(b, n)
+			m, err := watch.New(k.FS(), watch.Options{Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			j, err := state.Open(stateDir(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			e := rebind.New(rebind.Options{Tree: m, Kernel: k, Store: j, Config: rebind.DefaultConfig()})
+			if _, err := e.Reconcile(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				items, err := e.Reconcile(context.Background())
+				if err != nil || len(items) != 2*n {
+					b.Fatalf("%d items, %v", len(items), err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkReconcileOnePercentDead: a full reconcile where 1% of the
 // listeners (ports and portals) are dead and get rebound.
 func BenchmarkReconcileOnePercentDead(b *testing.B) {

@@ -8,18 +8,16 @@ import (
 )
 
 // assemble fills the status of every object, in configfs order (ports,
-// portals, then what saved configs declare and configfs lacks), and the
-// endpoint states Learn reads: a managed object's from its endpoint's
-// decision, any other's from the object alone (classify). When sel decided
+// portals, then what saved configs declare and configfs lacks): a managed
+// object's from its endpoint's decision, any other's from the object alone (classify). When sel decided
 // nothing and obs holds the baseline's objects and verdicts, that is the
 // baseline's status (idle resyncs rebuild nothing).
 func assemble(p *Planned, obs *Observed, cfg Config, sel Selection) {
 	if sel.same && p.carried && len(sel.prev.Items) > 0 {
-		p.Items, p.Endpoints = sel.prev.Items, sel.prev.Endpoints
+		p.Items = sel.prev.Items
 		return
 	}
 	p.Items = make([]Item, 0, len(obs.Ports)+len(obs.Portals)+len(obs.Declared))
-	p.Endpoints = make([]EndpointState, 0, len(p.decided))
 	var next map[epKey]int // the next holder of endpoints held by several objects
 	take := func(ep Endpoint) {
 		k := ep.key()
@@ -31,9 +29,6 @@ func assemble(p *Planned, obs *Observed, cfg Config, sel Selection) {
 			}
 			i = next[k]
 			next[k] = i + 1
-		}
-		if i == 0 {
-			p.Endpoints = append(p.Endpoints, d.es)
 		}
 		p.Items = append(p.Items, d.items[i])
 		switch {

@@ -233,7 +233,7 @@ func (e *Engine) act(ctx context.Context, obs *Observed, pl *Planned, sel *Selec
 // changed, and the baseline of the next round's selection.
 func (e *Engine) learn(obs *Observed, pl *Planned, sel Selection) {
 	var pinsChanged bool
-	e.mem, pinsChanged = Learn(e.mem, pl.Endpoints, pl.Items, obs.Now)
+	e.mem, pinsChanged = Learn(e.mem, pl.endpoints(), pl.Items, obs.Now)
 	if pinsChanged && e.opt.Store != nil && !e.opt.DryRun {
 		if err := e.opt.Store.SavePins(e.mem.Pins); err != nil {
 			e.log.Warn("pins not saved", "err", err)

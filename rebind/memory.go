@@ -1,6 +1,7 @@
 package rebind
 
 import (
+	"iter"
 	"maps"
 	"time"
 
@@ -69,53 +70,98 @@ func nextBackoff(last time.Duration, r Result) (time.Duration, bool) {
 // Learn is memory's update from what a round's plan concluded about
 // every endpoint: dead-since, the device last alive on, pins; a listener
 // back clears its backoff and manual rebind. It is pure: mem is not
-// modified; the new memory is returned with whether pins changed.
-func Learn(mem Memory, eps []EndpointState, items []Item, now time.Time) (Memory, bool) {
-	out := mem.clone()
+// modified; the new memory is returned with whether pins changed. A map
+// that does not change is shared with mem, not copied: at thousands of
+// endpoints a steady round changes nothing and copies nothing.
+func Learn(mem Memory, eps iter.Seq[EndpointState], items []Item, now time.Time) (Memory, bool) {
+	out := mem
+	var w written
 	pinsChanged := false
-	present := make(map[Endpoint]bool, len(eps))
-	for _, e := range eps {
-		present[e.Endpoint] = true
+	alive := 0 // entries of AliveOn that are endpoints of eps
+	for e := range eps {
 		if t := deadSince(mem, e.Endpoint, e.State, now); !t.IsZero() {
-			out.DeadSince[e.Endpoint] = t
-		} else {
-			delete(out.DeadSince, e.Endpoint)
+			if old, ok := out.DeadSince[e.Endpoint]; !ok || !old.Equal(t) {
+				cow(&w.deadSince, &out.DeadSince)[e.Endpoint] = t
+			}
+		} else if _, ok := out.DeadSince[e.Endpoint]; ok {
+			delete(cow(&w.deadSince, &out.DeadSince), e.Endpoint)
 		}
 		if e.State != StateListening {
+			if _, ok := out.AliveOn[e.Endpoint]; ok {
+				alive++
+			}
 			continue
 		}
-		out.AliveOn[e.Endpoint] = e.DevIndex + 1
-		delete(out.NextTry, e.Endpoint)
-		delete(out.Backoff, e.Endpoint)
+		if out.AliveOn[e.Endpoint] != e.DevIndex+1 {
+			cow(&w.aliveOn, &out.AliveOn)[e.Endpoint] = e.DevIndex + 1
+		}
+		alive++
+		if _, ok := out.NextTry[e.Endpoint]; ok {
+			delete(cow(&w.nextTry, &out.NextTry), e.Endpoint)
+		}
+		if _, ok := out.Backoff[e.Endpoint]; ok {
+			delete(cow(&w.backoff, &out.Backoff), e.Endpoint)
+		}
 		for _, k := range e.Keys {
-			delete(out.Forced, k)
+			if out.Forced[k] {
+				delete(cow(&w.forced, &out.Forced), k)
+			}
 			if e.GUID != 0 && out.Pins[k] != e.GUID {
-				out.Pins[k] = e.GUID
+				cow(&w.pins, &out.Pins)[k] = e.GUID
 				pinsChanged = true
 			}
 		}
 	}
-	for ep := range out.AliveOn {
-		if !present[ep] {
-			delete(out.AliveOn, ep)
+	if alive < len(out.AliveOn) { // some endpoint is gone: forget where it was alive
+		present := make(map[Endpoint]bool, len(out.AliveOn))
+		for e := range eps {
+			present[e.Endpoint] = true
+		}
+		for ep := range out.AliveOn {
+			if !present[ep] {
+				delete(cow(&w.aliveOn, &out.AliveOn), ep)
+			}
 		}
 	}
-	keys := make(map[Key]bool, len(items))
+	pinned := 0 // items with a pin (one item per object)
 	for _, it := range items {
-		keys[it.Key] = true
-	}
-	for k := range out.Forced {
-		if !keys[k] {
-			delete(out.Forced, k)
+		if _, ok := out.Pins[it.Key]; ok {
+			pinned++
 		}
 	}
-	for k := range out.Pins {
-		if !keys[k] {
-			delete(out.Pins, k)
-			pinsChanged = true
+	if len(out.Forced) > 0 || pinned < len(out.Pins) { // some object is gone: forget its pin
+		keys := make(map[Key]bool, len(items))
+		for _, it := range items {
+			keys[it.Key] = true
+		}
+		for k := range out.Forced {
+			if !keys[k] {
+				delete(cow(&w.forced, &out.Forced), k)
+			}
+		}
+		for k := range out.Pins {
+			if !keys[k] {
+				delete(cow(&w.pins, &out.Pins), k)
+				pinsChanged = true
+			}
 		}
 	}
 	return out, pinsChanged
+}
+
+// written records which of a Memory's maps a pure update has copied.
+type written struct{ deadSince, nextTry, backoff, aliveOn, pins, forced bool }
+
+// cow returns *m for writing: the first write copies it (the map of the
+// memory given to a pure update is never written).
+func cow[K comparable, V any](done *bool, m *map[K]V) map[K]V {
+	if !*done {
+		*m, *done = maps.Clone(*m), true
+		if *m == nil {
+			*m = map[K]V{}
+		}
+	}
+	return *m
 }
 
 // learnOutcomes is memory's update from the outcomes of the heals applied

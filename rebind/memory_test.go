@@ -2,6 +2,7 @@ package rebind
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -45,7 +46,7 @@ func TestLearn(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := tt.mem.clone()
-			got, pins := Learn(tt.mem, []EndpointState{tt.es}, items, t0)
+			got, pins := Learn(tt.mem, slices.Values([]EndpointState{tt.es}), items, t0)
 			if diff := cmp.Diff(tt.want, got, cmpopts.EquateEmpty(), cmpopts.EquateComparable(netip.AddrPort{})); diff != "" {
 				t.Errorf("memory (-want +got):\n%s", diff)
 			}

@@ -90,6 +90,7 @@ type Observed struct {
 	portAddr []parsedAddr  // Ports[i]'s address, parsed
 	eps      endpointIndex // every endpoint: its verdict and objects
 	judged   bool          // every object is in eps
+	unknown  string        // the status of an endpoint whose listeners are unknown (ListenersErr), rendered once
 }
 
 // parsedAddr is a port's address and service, or why they do not parse.
@@ -191,6 +192,7 @@ func prepared(obs Observed) Observed {
 			obs.portAddr[i].ap, obs.portAddr[i].err = p.Addr()
 		}
 	}
+	obs.unknown = unknownReason(obs.ListenersErr)
 	obs.eps = newEndpointIndex(len(obs.Ports), len(obs.Portals))
 	for i := range obs.Ports {
 		obs.indexPort(i)
@@ -200,6 +202,15 @@ func prepared(obs Observed) Observed {
 	}
 	obs.judged = true
 	return obs
+}
+
+// unknownReason is the status of an endpoint whose listeners cannot be
+// read because of err (nil: none).
+func unknownReason(err error) string {
+	if err == nil {
+		return ""
+	}
+	return "listener state unknown: " + err.Error()
 }
 
 func newEndpointIndex(ports, portals int) endpointIndex {
@@ -261,6 +272,7 @@ func (e *Engine) observe(cfg Config, prev []rdma.Device, into *rdma.Index) (Obse
 	} else {
 		obs.Listeners, obs.ListenersErr = e.opt.Kernel.CMIDs(obs.Devices)
 	}
+	obs.unknown = unknownReason(obs.ListenersErr)
 	into.Reindex(obs.Devices, obs.Addrs, obs.Listeners)
 	obs.index = into
 	obs.JournalErrs = slices.Clone(e.opt.Quarantined)
@@ -286,8 +298,11 @@ func (e *Engine) observe(cfg Config, prev []rdma.Device, into *rdma.Index) (Obse
 	if err != nil {
 		return obs, err
 	}
-	obs.eps = newEndpointIndex(len(ports), 0)
-	obs.eps.list = slices.Grow(obs.eps.list, len(ports)) // ports, then portals: most targets have as many
+	if obs.Portals, obs.PortalsErr = e.opt.Tree.Portals(); obs.PortalsErr != nil {
+		e.log.Warn("some LIO portals unreadable; the rest is reconciled", "err", obs.PortalsErr)
+	}
+	obs.eps = newEndpointIndex(len(ports), len(obs.Portals)) // sized once: no growth while judging
+	obs.eps.nextPort = obs.eps.nextPort[:0]
 	obs.Ports, obs.portAddr = ports[:0], make([]parsedAddr, 0, len(ports))
 	for _, p := range ports {
 		var a parsedAddr
@@ -320,10 +335,6 @@ func (e *Engine) observe(cfg Config, prev []rdma.Device, into *rdma.Index) (Obse
 			obs.chain(ei, len(obs.Ports)-1)
 		}
 	}
-	if obs.Portals, obs.PortalsErr = e.opt.Tree.Portals(); obs.PortalsErr != nil {
-		e.log.Warn("some LIO portals unreadable; the rest is reconciled", "err", obs.PortalsErr)
-	}
-	obs.eps.nextPortal = slices.Grow(obs.eps.nextPortal, len(obs.Portals))[:len(obs.Portals)]
 	for i := range obs.Portals {
 		obs.indexPortal(i)
 	}

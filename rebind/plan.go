@@ -2,6 +2,7 @@ package rebind
 
 import (
 	"fmt"
+	"iter"
 	"maps"
 	"slices"
 	"strings"
@@ -26,9 +27,8 @@ type EndpointState struct {
 
 // Planned is the result of Plan.
 type Planned struct {
-	Items     []Item          // one per configfs object (status), in configfs order
-	Heals     []Heal          // what apply executes, in order
-	Endpoints []EndpointState // what Learn remembers
+	Items []Item // one per configfs object (status), in configfs order
+	Heals []Heal // what apply executes, in order
 	// decided is every managed endpoint's decision: the baseline the next
 	// round's selection carries for the endpoints it does not decide.
 	decided map[epKey]*decision
@@ -37,6 +37,18 @@ type Planned struct {
 	// timed are the endpoints whose decision depends on the clock or on
 	// memory a round changes: decided again every round (select).
 	timed []epKey
+}
+
+// endpoints is the state of every managed endpoint, what Learn
+// remembers: its decision's (in no order).
+func (p *Planned) endpoints() iter.Seq[EndpointState] {
+	return func(yield func(EndpointState) bool) {
+		for _, d := range p.decided {
+			if !yield(d.es) {
+				return
+			}
+		}
+	}
 }
 
 // decision is what a plan decided for one endpoint. It is never changed
@@ -332,7 +344,7 @@ func stateReason(ep Endpoint, st State, v Verdict, obs *Observed) string {
 		}
 		return "iser is 0: no iSER listener configured"
 	case StateUnknown:
-		return "listener state unknown: " + obs.ListenersErr.Error()
+		return obs.unknown
 	case StateListening:
 		return "listening"
 	case StateDead:

@@ -1,6 +1,7 @@
 package rebind
 
 import (
+	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -9,14 +10,39 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 )
 
-// Kind says which target code owns a listener.
-type Kind string
+// Kind says which target code owns a listener. It is one byte (an
+// Endpoint and a Key are in every status item, decision and journal
+// entry) and reads and writes as its name in JSON.
+type Kind uint8
 
-// The two kinds of listener the engine heals.
+// The two kinds of listener the engine heals (the zero Kind is none).
 const (
-	KindNvmet Kind = "nvmet"
-	KindLIO   Kind = "lio"
+	KindNvmet Kind = iota + 1
+	KindLIO
 )
+
+var kindNames = [...]string{"", "nvmet", "lio"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// MarshalText writes the kind's name.
+func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// UnmarshalText reads a kind's name; any other is an error naming it.
+func (k *Kind) UnmarshalText(b []byte) error {
+	for i, n := range kindNames {
+		if i > 0 && n == string(b) {
+			*k = Kind(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown kind %q", b)
+}
 
 // owner is the RES_KERN_NAME of the kind's listeners.
 func (k Kind) owner() string {
@@ -40,7 +66,7 @@ func (k Key) String() string {
 }
 
 func compareKeys(a, b Key) int {
-	if c := strings.Compare(string(a.Kind), string(b.Kind)); c != 0 {
+	if c := strings.Compare(a.Kind.String(), b.Kind.String()); c != 0 {
 		return c
 	}
 	if a.Kind == KindNvmet {
@@ -98,7 +124,7 @@ func compareEndpoints(a, b Endpoint) int {
 // State is what the kernel says of an endpoint's listener: the one fact
 // from which listening yes/no, the metric's state and check's verdict are
 // derived (Listening, Item.Health).
-type State int
+type State uint8
 
 // States.
 const (
@@ -140,7 +166,7 @@ func (s State) Listening() *bool {
 func (s State) down() bool { return s == StateDead || s == StateStranded }
 
 // Action names what a heal does, for logs, status and metrics.
-type Action int
+type Action uint8
 
 // Actions.
 const (
@@ -170,7 +196,7 @@ func (a Action) String() string {
 func (a Action) heals() bool { return a != ActNone && a != ActDropJournal }
 
 // Result is what applying one heal came to, after verification.
-type Result int
+type Result uint8
 
 // Results (the label of nvmet_rebind_rebinds_total).
 const (
@@ -205,25 +231,26 @@ type Item struct {
 	Key
 	Endpoint Endpoint // zero when the object has no usable address
 	Address  netip.Addr
-	Service  uint16
-	Managed  bool
 	Reason   string
+	Device   string // RDMA device of the LISTEN entry, else the carrier
+	GUID     uint64 // node GUID of the carrier (or of Device)
+	Netdev   string // netdev holding the address
+	Carrier  string // RDMA device rdma_cm would bind the address to now
+	Sharers  int    // configfs objects holding the endpoint
+	// DeadSince is when the listener was first seen down (zero: it is not).
+	DeadSince time.Time
+	// RetryAt is when the engine looks at the object again by itself
+	// (backoff, graces, GID-table rechecks); zero: at the next event.
+	RetryAt     time.Time
+	CarrierPort uint32
+	Service     uint16
 	// State is the kernel's verdict on the object's listener; for an
 	// object not managed (wildcard, outside the watched subnets), on the
 	// listener it would have.
-	State       State
-	Device      string // RDMA device of the LISTEN entry, else the carrier
-	GUID        uint64 // node GUID of the carrier (or of Device)
-	Netdev      string // netdev holding the address
-	Carrier     string // RDMA device rdma_cm would bind the address to now
-	CarrierPort uint32
-	Sharers     int    // configfs objects holding the endpoint
-	Action      Action // the action of the endpoint's heal this round
-	Expected    bool   // a listener should exist: links, iser=1, journal
-	DeadSince   time.Time
-	// RetryAt is when the engine looks at the object again by itself
-	// (backoff, graces, GID-table rechecks); zero: at the next event.
-	RetryAt time.Time
+	State    State
+	Action   Action // the action of the endpoint's heal this round
+	Managed  bool
+	Expected bool // a listener should exist: links, iser=1, journal
 	// GaveUp: dead or stranded for more than give_up_after, so no longer
 	// healed until a reload or a manual rebind.
 	GaveUp bool

@@ -74,7 +74,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if !it.Managed {
 			continue
 		}
-		k := string(it.Kind)
+		k := it.Kind.String()
 		counts[[2]string{k, "managed"}]++
 		h := it.Health()
 		if h == rebind.HealthNone {

@@ -20,7 +20,7 @@ func TestParseSavedConfigs(t *testing.T) {
 	}
 	var got []string
 	for _, x := range d {
-		got = append(got, string(x.Kind)+" "+x.ID+" "+x.Addr.String()+" "+strings.Join(x.NQNs, ","))
+		got = append(got, x.Kind.String()+" "+x.ID+" "+x.Addr.String()+" "+strings.Join(x.NQNs, ","))
 	}
 	b, err = os.ReadFile("../testdata/saveconfig.json")
 	if err != nil {
@@ -31,7 +31,7 @@ func TestParseSavedConfigs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, x := range d {
-		got = append(got, string(x.Kind)+" "+x.ID+" "+x.Addr.String())
+		got = append(got, x.Kind.String()+" "+x.ID+" "+x.Addr.String())
 	}
 	want := []string{
 		"nvmet 1 192.0.2.1:4420 nqn.2024-01.lab:a,nqn.2024-01.lab:b,nqn.2024-01.lab:deleted",

@@ -63,8 +63,8 @@ var batchRe = regexp.MustCompile(`^batch-[0-9]{20}\.json$`)
 
 // oldName is the file name of a single entry as every version wrote it.
 func oldName(k rebind.Key) string {
-	sum := sha256.Sum256([]byte(string(k.Kind) + "\x00" + k.ID))
-	return string(k.Kind) + "-" + hex.EncodeToString(sum[:12]) + ".json"
+	sum := sha256.Sum256([]byte(k.Kind.String() + "\x00" + k.ID))
+	return k.Kind.String() + "-" + hex.EncodeToString(sum[:12]) + ".json"
 }
 
 // snapshot is the state directory, path -> mode and content.

@@ -59,7 +59,7 @@ func (s *Store) SavePins(pins map[rebind.Key]uint64) error {
 		list = append(list, pinEntry{Kind: k.Kind, ID: k.ID, GUID: rdma.FormatGUID(g)})
 	}
 	slices.SortFunc(list, func(a, b pinEntry) int {
-		return strings.Compare(string(a.Kind)+"\x00"+a.ID, string(b.Kind)+"\x00"+b.ID)
+		return strings.Compare(a.Kind.String()+"\x00"+a.ID, b.Kind.String()+"\x00"+b.ID)
 	})
 	b, err := json.MarshalIndent(list, "", "  ")
 	if err != nil {

@@ -177,8 +177,8 @@ func (s *Store) file(k rebind.Key) string {
 }
 
 func singleName(k rebind.Key) string {
-	sum := sha256.Sum256([]byte(string(k.Kind) + "\x00" + k.ID))
-	return string(k.Kind) + "-" + hex.EncodeToString(sum[:12]) + ".json"
+	sum := sha256.Sum256([]byte(k.Kind.String() + "\x00" + k.ID))
+	return k.Kind.String() + "-" + hex.EncodeToString(sum[:12]) + ".json"
 }
 
 const batchPrefix = "batch-"

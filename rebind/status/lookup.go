@@ -28,7 +28,7 @@ func KeyOf(id string) (rebind.Key, error) {
 func Find(items []rebind.Item, snap rebind.Snapshot, k rebind.Key) (ListenerStatus, error) {
 	snap.Items = items
 	for _, l := range Report(snap, "daemon").Listeners {
-		if l.Kind == string(k.Kind) && l.ID == k.ID {
+		if l.Kind == k.Kind.String() && l.ID == k.ID {
 			return l, nil
 		}
 	}

@@ -67,7 +67,7 @@ func Report(s rebind.Snapshot, source string) StatusReport {
 	}
 	for _, it := range s.Items {
 		ls := ListenerStatus{
-			Kind: string(it.Kind), ID: it.ID, Service: it.ServiceString(), Managed: it.Managed,
+			Kind: it.Kind.String(), ID: it.ID, Service: it.ServiceString(), Managed: it.Managed,
 			Reason: it.Reason, Listening: it.Listening(), Device: it.Device, Netdev: it.Netdev, Expected: it.Expected,
 			Sharers: it.Sharers, State: it.State.String(), RDMADevice: it.Carrier, RDMAPort: it.CarrierPort,
 		}
