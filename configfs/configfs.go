@@ -34,8 +34,8 @@ type FS struct {
 }
 
 // New returns the tree under root (normally /sys/kernel/config) using the
-// real kernel's system calls.
-func New(root string) *FS { return NewWithOps(root, OSOps{}) }
+// real kernel's system calls, its writes kept beneath root.
+func New(root string) *FS { return NewWithOps(root, OSOps{Root: root}) }
 
 // NewWithOps returns the tree under root with every read and write going
 // through ops.

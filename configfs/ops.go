@@ -29,7 +29,7 @@ type Ops interface {
 	Readlink(path string) (string, error)
 	// Symlink creates link pointing at target (ln -s target link).
 	Symlink(target, link string) error
-	// Remove removes a symlink or an empty configfs group (unlink/rmdir).
+	// Remove removes a symlink (unlink): a port's subsystem link.
 	Remove(path string) error
 	// WriteAttr writes an attribute in place, once (echo value > path).
 	WriteAttr(path, value string) error
@@ -51,7 +51,18 @@ type Attrs struct {
 // OSOps is the real kernel: plain system calls on configfs. Attributes are
 // read with open/read/close only, several directories at a time: both pay
 // on large trees (BENCHMARKS.md).
-type OSOps struct{}
+//
+// Writes stay beneath Root and never follow a symlink (write_linux.go):
+// configfs has none on the way to a link or an attribute, so one there was
+// made by someone else and could lead the write out of the tree. New sets
+// Root; an OSOps without one reads, but refuses every write.
+type OSOps struct {
+	// Root is the configfs root (normally /sys/kernel/config) that every
+	// write is resolved beneath.
+	Root string
+
+	walk bool // resolve as on kernels without openat2 (tests)
+}
 
 // ReadDirNames returns entries in creation order. configfs adds a new
 // dirent at the head of its parent's list, so readdir returns the newest
@@ -113,25 +124,18 @@ func (OSOps) Lstat(path string) (fs.FileInfo, error) { return os.Lstat(path) }
 // Readlink implements Ops.
 func (OSOps) Readlink(path string) (string, error) { return os.Readlink(path) }
 
-// Symlink implements Ops.
-func (OSOps) Symlink(target, link string) error { return os.Symlink(target, link) }
+// Symlink implements Ops: link's directory is reached beneath Root without
+// following a symlink.
+func (o OSOps) Symlink(target, link string) error { return o.symlink(target, link) }
 
-// Remove implements Ops.
-func (OSOps) Remove(path string) error { return os.Remove(path) }
+// Remove implements Ops: path's directory is reached beneath Root without
+// following a symlink, and path must itself be a symlink.
+func (o OSOps) Remove(path string) error { return o.remove(path) }
 
-// WriteAttr implements Ops. configfs attributes take one write(2); a
-// partial write or a short count is an error.
-func (OSOps) WriteAttr(path, value string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write([]byte(value + "\n")); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
+// WriteAttr implements Ops: the attribute is reached beneath Root without
+// following a symlink and must be a regular file. configfs attributes take
+// one write(2); a partial write or a short count is an error.
+func (o OSOps) WriteAttr(path, value string) error { return o.writeAttr(path, value) }
 
 // readAttr reads one attribute, bounded and trimmed. A missing attribute
 // is fs.ErrNotExist.

@@ -5,12 +5,23 @@ package configfs
 import (
 	"io"
 	"os"
+
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded"
 )
 
 func readSmall(path string, max int) ([]byte, error) { return readSmallGeneric(path, max) }
 
-// readSmallGeneric reads at most max+1 bytes of a file.
+// readSmallGeneric reads at most max+1 bytes of a file, which must be a
+// regular file and not a symlink (checked before the open, which would
+// wait on a FIFO: these builds are for development only).
 func readSmallGeneric(path string, max int) ([]byte, error) {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := bounded.CheckMode(path, st.Mode()); err != nil {
+		return nil, err
+	}
 	fh, err := os.Open(path)
 	if err != nil {
 		return nil, err

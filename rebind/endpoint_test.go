@@ -546,10 +546,13 @@ func TestStrandedListenerIsRebound(t *testing.T) {
 			if len(k.Log()) != 0 {
 				t.Fatalf("wrote within the repair grace: %q", k.LogStrings())
 			}
-			if h, _ := status.Check(status.Report(rebind.Snapshot{Items: items}, "test")); h != status.Dead {
-				t.Errorf("check says %v for a stranded listener", h)
+			if v := status.Check(status.Report(rebind.Snapshot{Items: items, At: clk.now()}, "daemon")); v.Health != status.Warning {
+				t.Errorf("check says %v for a listener stranded within the repair grace: %s", v.Health, v.StatusLine())
 			}
 			clk.advance(6 * time.Second)
+			if v := status.Check(status.Report(rebind.Snapshot{Items: items, At: clk.now()}, "daemon")); v.Health != status.Critical {
+				t.Errorf("check says %v for a listener stranded past the repair grace: %s", v.Health, v.StatusLine())
+			}
 			_, err = e.Reconcile(context.Background())
 			must(t, err)
 			want := "rxe1"

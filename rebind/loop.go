@@ -28,6 +28,9 @@ type Options struct {
 	DryRun   bool                    // plan and log, write nothing
 	Now      func() time.Time        // clock; time.Now when nil
 	Fault    func(point string) bool // test hook: true stops the rebind there (ErrCrashed)
+	// Probe looks at the configfs root at every observation (what Sight
+	// says of configfs; ProbeConfigfs); nil: nothing is known of it.
+	Probe func() ConfigfsSight
 	// HeartbeatEvery, when set, makes Run call its heartbeat at least this
 	// often from the loop itself (the systemd watchdog): a round that
 	// hangs stops the beats.

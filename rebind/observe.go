@@ -84,6 +84,9 @@ type Observed struct {
 	// shortly after it (recheck).
 	EventAt time.Time
 	Now     time.Time
+	// Configfs is what the root showed (Options.Probe), read before the
+	// trees: part of the round's Sight.
+	Configfs ConfigfsSight
 
 	// Derived once from the fields above (prepared), never changed after:
 	index    *rdma.Index   // the kernel tables' index (rdma)
@@ -293,6 +296,9 @@ func (e *Engine) observe(cfg Config, prev []rdma.Device, into *rdma.Index) (Obse
 		if d.Kind == KindNvmet {
 			declared[d.ID] = true
 		}
+	}
+	if e.opt.Probe != nil {
+		obs.Configfs = e.opt.Probe()
 	}
 	ports, err := e.opt.Tree.Ports()
 	if err != nil {

@@ -941,7 +941,8 @@ func TestJournalModes(t *testing.T) {
 	must(t, err)
 	must(t, j.Put(rebind.Intent{Kind: rebind.KindNvmet, ID: "1", Address: "192.0.2.1:4420", Links: []configfs.Link{{Name: nqnA, NQN: nqnA}}}))
 	must(t, j.Put(rebind.Intent{Kind: rebind.KindLIO, ID: portal, Address: "192.0.2.1:3260", ISER: true}))
-	for path, want := range map[string]os.FileMode{sd: 0o700, j.JournalDir(): 0o700} {
+	// The existing state dir keeps its mode; the journal dir it creates is 0700.
+	for path, want := range map[string]os.FileMode{sd: 0o755, j.JournalDir(): 0o700} {
 		st, err := os.Stat(path)
 		must(t, err)
 		if got := st.Mode().Perm(); got != want {
@@ -959,17 +960,18 @@ func TestJournalModes(t *testing.T) {
 			t.Errorf("%s: mode %v, want 0600", f, got)
 		}
 	}
-	// An existing journal dir that is too open is tightened too.
-	must(t, os.Chmod(j.JournalDir(), 0o777))
-	must(t, os.Chmod(sd, 0o775))
-	_, err = state.Open(sd)
-	must(t, err)
-	for _, path := range []string{sd, j.JournalDir()} {
+	// An existing dir others can write is refused, never chmod-ed.
+	for path, mode := range map[string]os.FileMode{j.JournalDir(): 0o777, sd: 0o775} {
+		must(t, os.Chmod(path, mode))
+		if _, err := state.Open(sd); err == nil || !strings.Contains(err.Error(), path+": ") || !strings.Contains(err.Error(), "-writable") {
+			t.Errorf("%s mode %v: reopen: %v, want it refused", path, mode, err)
+		}
 		st, err := os.Stat(path)
 		must(t, err)
-		if got := st.Mode().Perm(); got != 0o700 {
-			t.Errorf("%s after reopen: mode %v, want 0700", path, got)
+		if got := st.Mode().Perm(); got != mode {
+			t.Errorf("%s after reopen: mode %v, want %v kept", path, got, mode)
 		}
+		must(t, os.Chmod(path, 0o700))
 	}
 }
 

@@ -34,6 +34,9 @@ type Snapshot struct {
 	Stats        Stats
 	ListenersErr error
 	JournalErrs  []error
+	// Sight is what the round could see and what it could not (configfs,
+	// the kernel's tables, unreadable objects).
+	Sight Sight
 	// Next is when the round asked to be followed by another (nextLook);
 	// zero: at the next event or resync.
 	Next time.Time
@@ -61,7 +64,7 @@ func (e *Engine) publish(obs *Observed, pl *Planned, outcomes []Outcome, next ti
 	e.stats.PendingRetries = len(e.mem.NextTry)
 	e.stats.Reconciles++
 	e.snap.Store(&Snapshot{Items: pl.Items, Results: results, At: e.opt.Now(), Stats: e.stats,
-		ListenersErr: obs.ListenersErr, JournalErrs: obs.JournalErrs, Next: next, Config: e.cfg, Memory: e.mem})
+		ListenersErr: obs.ListenersErr, JournalErrs: obs.JournalErrs, Sight: obs.sight(e.cfg), Next: next, Config: e.cfg, Memory: e.mem})
 }
 
 // Snapshot returns what the last round published. Its slices and maps are
@@ -99,5 +102,6 @@ func (e *Engine) Look() (Snapshot, error) {
 	}
 	snap := e.Snapshot()
 	snap.Items, snap.At, snap.ListenersErr, snap.JournalErrs = items, obs.Now, obs.ListenersErr, slices.Clone(obs.JournalErrs)
+	snap.Sight = obs.sight(snap.Config)
 	return snap, nil
 }

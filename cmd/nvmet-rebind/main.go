@@ -9,8 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -49,7 +52,7 @@ func main() {
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:      "nvmet-rebind",
 		Usage:     "re-create nvmet-rdma and LIO iSER listeners after an RDMA device reset",
 		Version:   version,
@@ -64,6 +67,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 		},
 		ExitErrHandler: func(*cli.Context, error) {},
+		// An unknown command is a usage error (exit 2), not a help topic.
+		Action:       cmdNone,
+		OnUsageError: onUsageError,
 		Commands: []*cli.Command{
 			{Name: "run", Usage: "run the daemon in the foreground", Action: cmdRun,
 				Flags: []cli.Flag{
@@ -75,7 +81,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			{Name: "reload", Usage: "validate the config, then make the running daemon re-read it", Action: cmdReload},
 			{Name: "status", Usage: "every RDMA port and portal: listening as verified, managed and why", Action: cmdStatus,
 				Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "machine-readable output (stable field names)"}}},
-			{Name: "check", Usage: "exit 0 when every managed listener is alive, 1 when one is dead, 2 on error", Action: cmdCheck},
+			{Name: "check", Usage: "monitoring plugin: exit 0 OK, 1 WARNING (healing, stranded within grace), 2 CRITICAL (dead, stranded, gave up), 3 UNKNOWN (not seen, error)", Action: cmdCheck},
 			{Name: "plan", Usage: "show what a reconcile would write, writing nothing", Action: cmdPlan},
 			{Name: "trigger", Usage: "poke the running daemon (udev RUN hook); without a daemon, reconcile once under the lock", Action: cmdTrigger},
 			{Name: "rebind", Usage: "re-create one listener now, ignoring the give-up timer and backoff", ArgsUsage: "<port id | iqn/tpgt_N/np>", Action: cmdRebind},
@@ -83,8 +89,144 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				fmt.Fprintln(c.App.Writer, "nvmet-rebind", version)
 				return nil
 			}},
+			// urfave/cli's own help command, but `help <unknown>` is a usage
+			// error like an unknown command.
+			{Name: "help", Aliases: []string{"h"}, Usage: "Shows a list of commands or help for one command", ArgsUsage: "[command]", Action: cmdHelp},
 		},
 	}
+	// With a help command of its own, the app gets no --help flag either.
+	app.Flags = append(app.Flags, cli.HelpFlag)
+	for _, cmd := range app.Commands {
+		cmd.OnUsageError = onUsageError
+	}
+	return app
+}
+
+// cmdNone runs when no command matched: bare nvmet-rebind shows the help;
+// an unknown command is a usage error.
+func cmdNone(c *cli.Context) error {
+	if c.Args().Present() {
+		return unknownCommand(c, c.Args().First())
+	}
+	return cli.ShowAppHelp(c)
+}
+
+func cmdHelp(c *cli.Context) error {
+	name := c.Args().First()
+	if name == "" {
+		return cli.ShowAppHelp(c)
+	}
+	if c.App.Command(name) == nil {
+		return unknownCommand(c, name)
+	}
+	return cli.ShowCommandHelp(c.Lineage()[1], name)
+}
+
+func unknownCommand(c *cli.Context, name string) error {
+	var names []string
+	for _, cmd := range c.App.VisibleCommands() {
+		if cmd.Name != "help" {
+			names = append(names, cmd.Name)
+		}
+	}
+	return exit(2, fmt.Errorf("unknown command %q: the commands are %s (see nvmet-rebind --help)", clipArg(name), strings.Join(names, ", ")))
+}
+
+// onUsageError reports a flag the parser refused on stderr, without the
+// help text, exit 2. A global flag after the command gets the command
+// line with it moved before the command.
+func onUsageError(c *cli.Context, err error, isCommand bool) error {
+	where, help := "", "nvmet-rebind --help"
+	if isCommand {
+		where, help = c.Command.Name+": ", "nvmet-rebind "+c.Command.Name+" --help"
+	}
+	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -")
+	if !ok {
+		return exit(2, fmt.Errorf("%s%v (see %s)", where, err, help))
+	}
+	name = strings.TrimLeft(name, "-")
+	if isCommand && flagNamed(c.App.Flags, name) != nil {
+		return exit(2, fmt.Errorf("--%s is a global flag: put it before the command: %s", name, moveGlobals(c)))
+	}
+	if !isCommand {
+		for _, cmd := range c.App.Commands {
+			if flagNamed(cmd.Flags, name) != nil {
+				return exit(2, fmt.Errorf("--%s is a flag of %s: put it after the command: nvmet-rebind %s --%s", name, cmd.Name, cmd.Name, name))
+			}
+		}
+	}
+	return exit(2, fmt.Errorf("%sunknown flag --%s (see %s)", where, clipArg(name), help))
+}
+
+func flagNamed(flags []cli.Flag, name string) cli.Flag {
+	for _, f := range flags {
+		if slices.Contains(f.Names(), name) {
+			return f
+		}
+	}
+	return nil
+}
+
+// moveGlobals rebuilds the command line of a command context with every
+// global flag before the command.
+func moveGlobals(c *cli.Context) string {
+	root := c.Lineage()[1] // the app's: commands have no subcommands
+	// Global flags as given before the command; one given again after it
+	// replaces its value (the later one is what the user meant).
+	var globals []string
+	value := map[string]int{} // flag -> index of its value in globals
+	for _, f := range c.App.Flags {
+		if n := f.Names()[0]; n != "help" && n != "version" && root.IsSet(n) {
+			globals = append(globals, "--"+n, shellQuote(root.String(n)))
+			value[n] = len(globals) - 1
+		}
+	}
+	var rest []string
+	args := c.Lineage()[1].Args().Tail()
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			rest = append(rest, args[i:]...)
+			break
+		}
+		n, v, hasV := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		f := flagNamed(c.App.Flags, n)
+		if !strings.HasPrefix(a, "-") || f == nil {
+			rest = append(rest, shellQuote(a))
+			continue
+		}
+		if tv, ok := f.(cli.DocGenerationFlag); ok && tv.TakesValue() && !hasV && i+1 < len(args) {
+			i++
+			v, hasV = args[i], true
+		}
+		n = f.Names()[0]
+		if j, ok := value[n]; ok && hasV {
+			globals[j] = shellQuote(v)
+			continue
+		}
+		globals = append(globals, "--"+n)
+		if hasV {
+			globals = append(globals, shellQuote(v))
+			value[n] = len(globals) - 1
+		}
+	}
+	return strings.Join(slices.Concat([]string{"nvmet-rebind"}, globals, []string{c.Command.Name}, rest), " ")
+}
+
+// shellQuote quotes s for a shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./:=@%+,-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// clipArg bounds a command-line word echoed in an error.
+func clipArg(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
 }
 
 func newLogger(c *cli.Context) (*slog.Logger, error) {
@@ -161,27 +303,69 @@ func direct(c *cli.Context, mode daemon.Mode) (*daemon.Env, func(), error) {
 	return env, func() { env.Close(); unlock() }, nil
 }
 
+// cmdTrigger is the udev RUN hook: it pokes the running daemon, or without
+// one reconciles once under the daemon's lock. Exit 0: poked, or
+// reconciled; 1: nothing done (another nvmet-rebind holds the lock, the
+// daemon refused the poke, not root); 2: a usage or configuration error,
+// or the reconcile failed. udev logs a RUN program's failure, so every
+// non-zero exit says why on stderr.
 func cmdTrigger(c *cli.Context) error {
-	ctx, cancel := context.WithTimeout(c.Context, 2*time.Second)
-	err := control.Call(ctx, paths(c).Socket(), control.Request{Cmd: "trigger"}, nil)
-	cancel()
-	if err == nil || !errors.Is(err, control.ErrNoDaemon) {
-		return err
+	sock, state := paths(c).Socket(), c.String("state-dir")
+	poke := func() error {
+		ctx, cancel := context.WithTimeout(c.Context, 2*time.Second)
+		defer cancel()
+		return control.Call(ctx, sock, control.Request{Cmd: "trigger"}, nil)
 	}
-	// No daemon: one bounded reconcile, under the lock the daemon holds.
-	env, done, err := direct(c, daemon.Write)
-	if err != nil {
-		fmt.Fprintln(c.App.ErrWriter, "nvmet-rebind: trigger:", err, "; nothing done")
+	err := poke()
+	if err == nil {
 		return nil
 	}
-	defer done()
-	ctx, cancel = context.WithTimeout(c.Context, 20*time.Second)
+	if !errors.Is(err, control.ErrNoDaemon) {
+		return exit(1, fmt.Errorf("trigger: did nothing: the daemon on %s did not take the poke: %w", sock, err))
+	}
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	// No daemon answers. A held lock is a daemon starting (its socket
+	// comes next, then its first reconcile), or another trigger or rebind
+	// reconciling (udev runs one trigger per event, often several at
+	// once): wait a little for either.
+	var unlock func()
+	for deadline := time.Now().Add(triggerLockWait); ; {
+		var lerr error
+		if unlock, lerr = daemon.Lock(state); lerr == nil {
+			break
+		}
+		switch {
+		case errors.Is(lerr, fs.ErrPermission):
+			return exit(1, fmt.Errorf("trigger: did nothing: not root (uid %d): no access to the control socket %s nor to the lock in %s: %w", os.Geteuid(), sock, state, lerr))
+		case !errors.Is(lerr, syscall.EWOULDBLOCK):
+			return exit(2, fmt.Errorf("trigger: did nothing: %w", lerr))
+		case time.Now().After(deadline):
+			return exit(1, fmt.Errorf("trigger: did nothing: no daemon answers on %s and the lock of %s is held by another nvmet-rebind (a daemon starting or stuck, or a trigger or rebind reconciling) for over %v", sock, state, triggerLockWait))
+		}
+		time.Sleep(100 * time.Millisecond)
+		if poke() == nil {
+			return nil
+		}
+	}
+	defer unlock()
+	env, err := daemon.Open(paths(c), log, daemon.Write, faultHook())
+	if err != nil {
+		return exit(2, fmt.Errorf("trigger: did nothing: %w", err))
+	}
+	defer env.Close()
+	ctx, cancel := context.WithTimeout(c.Context, 20*time.Second)
 	defer cancel()
 	if _, err := env.Engine.Reconcile(ctx); err != nil {
-		return exit(2, err)
+		return exit(2, fmt.Errorf("trigger: reconcile: %w", err))
 	}
 	return nil
 }
+
+// triggerLockWait bounds how long trigger waits for a held lock.
+const triggerLockWait = 2 * time.Second
 
 func cmdRebind(c *cli.Context) error {
 	k, err := status.KeyOf(c.Args().First())
@@ -246,6 +430,11 @@ func cmdReload(c *cli.Context) error {
 // liveOrDirect asks the daemon for its live status, else reads directly
 // (read-only: nothing is created or changed).
 func liveOrDirect(c *cli.Context) (status.StatusReport, error) {
+	return readStatus(c, func(s string) { fmt.Fprintln(c.App.ErrWriter, "nvmet-rebind:", s) })
+}
+
+// readStatus is liveOrDirect telling note why it reads directly.
+func readStatus(c *cli.Context, note func(string)) (status.StatusReport, error) {
 	ctx, cancel := context.WithTimeout(c.Context, 5*time.Second)
 	defer cancel()
 	var r status.StatusReport
@@ -254,7 +443,7 @@ func liveOrDirect(c *cli.Context) (status.StatusReport, error) {
 		return r, nil
 	}
 	if !errors.Is(err, control.ErrNoDaemon) {
-		fmt.Fprintf(c.App.ErrWriter, "nvmet-rebind: daemon status unavailable (%v); reading the kernel directly\n", err)
+		note(fmt.Sprintf("daemon status unavailable (%v); reading the kernel directly", err))
 	}
 	env, done, err := direct(c, daemon.ReadOnly)
 	if err != nil {
@@ -281,24 +470,29 @@ func cmdStatus(c *cli.Context) error {
 	return status.WriteTable(c.App.Writer, r)
 }
 
+// cmdCheck is a monitoring plugin (Nagios, Icinga, Sensu, Checkmk,
+// Zabbix): one status line with perf data, then details, all on stdout;
+// the exit code is the verdict (status.Health: 0 OK, 1 WARNING,
+// 2 CRITICAL, 3 UNKNOWN, also for any error).
 func cmdCheck(c *cli.Context) error {
-	r, err := liveOrDirect(c)
+	var notes []string
+	r, err := readStatus(c, func(s string) { notes = append(notes, s) })
+	var v status.Verdict
 	if err != nil {
-		return err
+		v = status.Failed(err)
+	} else {
+		v = status.Check(r)
 	}
-	h, why := status.Check(r)
-	for _, s := range why {
-		fmt.Fprintln(c.App.Writer, s)
+	for _, n := range notes {
+		v.Note(n)
 	}
-	switch h {
-	case status.Healthy:
-		fmt.Fprintln(c.App.Writer, "ok: every managed listener is alive")
+	if werr := v.Write(c.App.Writer); werr != nil {
+		return exit(int(status.Unknown), werr)
+	}
+	if v.Health == status.OK {
 		return nil
-	case status.Dead:
-		return exit(1, nil)
-	default:
-		return exit(2, nil)
 	}
+	return exit(int(v.Health), nil)
 }
 
 func cmdPlan(c *cli.Context) error {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/daemon"
 )
 
 // The test binary doubles as nvmet-rebind: run with NVMET_REBIND_AS_MAIN=1
@@ -172,7 +175,7 @@ func TestDaemonNotifyAndControl(t *testing.T) {
 	if out, code := d.run("trigger"); code != 0 {
 		t.Errorf("trigger exit %d: %s", code, out)
 	}
-	if out, code := d.run("check"); code != 0 {
+	if out, code := d.run("check"); code != 0 || !strings.HasPrefix(out, "NVMET-REBIND OK - 0 managed listeners | alive=0 ") {
 		t.Errorf("check with nothing managed: exit %d: %s", code, out)
 	}
 
@@ -303,7 +306,8 @@ func TestObserversLeaveStateDirUntouched(t *testing.T) {
 	observe("without a daemon")
 	d.start()
 	// The writer cleaned up at its start: the temp file is gone, the
-	// corrupt entry moved aside, modes tightened.
+	// corrupt entry moved aside; the directory's mode is the admin's, kept
+	// (only one others can write is refused).
 	if _, err := os.Stat(filepath.Join(state, "journal/.tmp-123")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the daemon left the temp file: %v", err)
 	}
@@ -312,8 +316,8 @@ func TestObserversLeaveStateDirUntouched(t *testing.T) {
 	}
 	if st, err := os.Stat(state); err != nil {
 		t.Error(err)
-	} else if st.Mode().Perm() != 0o700 {
-		t.Errorf("the daemon did not tighten the state dir's mode: %v", st.Mode())
+	} else if st.Mode().Perm() != 0o755 {
+		t.Errorf("the daemon changed the state dir's mode: %v, want 0755 kept", st.Mode())
 	}
 	observe("with a daemon")
 }
@@ -384,5 +388,260 @@ func TestMetricsTextfileFlagAndConfig(t *testing.T) {
 	setTextfile("relative.prom")
 	if out, code := d.run("run"); code != 2 || !strings.Contains(out, "metrics.textfile") {
 		t.Errorf("run with [metrics] textfile relative: exit %d: %s", code, out)
+	}
+}
+
+// runSplit runs the real command with exactly args (no daemonEnv flags)
+// and returns its stdout, stderr and exit code.
+func runSplit(t *testing.T, cmd *exec.Cmd) (string, string, int) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return stdout.String(), stderr.String(), ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stdout.String(), stderr.String(), 0
+}
+
+func bareCmd(args ...string) *exec.Cmd {
+	c := exec.Command(os.Args[0], args...)
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "NVMET_REBIND_") {
+			c.Env = append(c.Env, e)
+		}
+	}
+	c.Env = append(c.Env, "NVMET_REBIND_AS_MAIN=1")
+	return c
+}
+
+// An unknown command (or help topic) is a usage error: exit 2, on stderr,
+// naming it and listing the commands.
+func TestUnknownCommand(t *testing.T) {
+	for _, args := range [][]string{{"bogus"}, {"help", "bogus"}, {"--log-level", "debug", "bogus", "x"}} {
+		stdout, stderr, code := runSplit(t, bareCmd(args...))
+		want := `nvmet-rebind: unknown command "bogus": the commands are run, reload, status, check, plan, trigger, rebind, version (see nvmet-rebind --help)` + "\n"
+		if code != 2 || stdout != "" || stderr != want {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 and stderr %q", args, code, stdout, stderr, want)
+		}
+	}
+	// Help itself still works, exit 0.
+	for _, args := range [][]string{{}, {"help"}, {"--help"}, {"-h"}, {"help", "run"}, {"status", "--help"}} {
+		stdout, stderr, code := runSplit(t, bareCmd(args...))
+		if code != 0 || !strings.Contains(stdout, "USAGE:") || stderr != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
+		}
+	}
+	if stdout, _, _ := runSplit(t, bareCmd("--help")); !strings.Contains(stdout, "--help, -h") || !strings.Contains(stdout, "help, h") {
+		t.Errorf("--help lost the help flag or command:\n%s", stdout)
+	}
+}
+
+// A global flag after the command: an error on stderr saying where it
+// goes, with the command line fixed; other bad flags: an error pointing at
+// the help, not the help itself on stdout.
+func TestFlagErrors(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"status", "--config", "x"}, "--config is a global flag: put it before the command: nvmet-rebind --config x status"},
+		{[]string{"status", "-config=x"}, "--config is a global flag: put it before the command: nvmet-rebind --config x status"},
+		{[]string{"--log-level", "debug", "--config", "a", "status", "--json", "--config", "b c", "--state-dir", "/s"},
+			"--config is a global flag: put it before the command: nvmet-rebind --config 'b c' --log-level debug --state-dir /s status --json"},
+		{[]string{"rebind", "--run-dir=/r", "1"}, "--run-dir is a global flag: put it before the command: nvmet-rebind --run-dir /r rebind 1"},
+		{[]string{"status", "--bogus"}, "status: unknown flag --bogus (see nvmet-rebind status --help)"},
+		{[]string{"--bogus", "status"}, "unknown flag --bogus (see nvmet-rebind --help)"},
+		{[]string{"--json", "status"}, "--json is a flag of status: put it after the command: nvmet-rebind status --json"},
+	} {
+		stdout, stderr, code := runSplit(t, bareCmd(tt.args...))
+		if want := "nvmet-rebind: " + tt.want + "\n"; code != 2 || stdout != "" || stderr != want {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 and stderr %q", tt.args, code, stdout, stderr, want)
+		}
+	}
+}
+
+// trigger without a daemon: exit 2 for a bad config, 1 when it did
+// nothing because another nvmet-rebind holds the lock, 0 once the lock is
+// free within the wait; always saying why on stderr. (A poke of a running
+// daemon exits 0: TestDaemonNotifyAndControl.)
+func TestTriggerExitCodes(t *testing.T) {
+	d := newDaemonEnv(t)
+	if out, code := d.run("trigger"); code != 0 {
+		t.Errorf("trigger without a daemon: exit %d: %s", code, out)
+	}
+
+	unlock, err := daemon.Lock(filepath.Join(d.dir, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	out, code := d.run("trigger")
+	if code != 1 || !strings.Contains(out, "trigger: did nothing: no daemon answers on") || !strings.Contains(out, "is held by another nvmet-rebind") {
+		t.Errorf("trigger with the lock held: exit %d: %s", code, out)
+	}
+	if el := time.Since(start); el < triggerLockWait || el > triggerLockWait+5*time.Second {
+		t.Errorf("trigger with the lock held took %v, want about %v", el, triggerLockWait)
+	}
+	time.AfterFunc(300*time.Millisecond, unlock)
+	if out, code := d.run("trigger"); code != 0 {
+		t.Errorf("trigger with the lock freed during its wait: exit %d: %s", code, out)
+	}
+
+	if err := os.WriteFile(d.args[1], []byte("[polcy]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := d.run("trigger"); code != 2 || !strings.Contains(out, `trigger: did nothing: config `) || !strings.Contains(out, `line 1: unknown key "polcy"`) {
+		t.Errorf("trigger with a bad config: exit %d: %s", code, out)
+	}
+	if out, code := d.run("--log-level", "loud", "trigger"); code != 2 || !strings.Contains(out, "--log-level") {
+		t.Errorf("trigger with a bad log level: exit %d: %s", code, out)
+	}
+}
+
+// trigger run by a user who can reach neither the socket nor the lock:
+// exit 1, "not root".
+func TestTriggerNotRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run a child as another uid")
+	}
+	d := newDaemonEnv(t)
+	// The test binary's directory is root's alone: copy it where nobody
+	// can run it.
+	bin, err := os.MkdirTemp("", "nvmet-rebind-bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(bin)
+	b, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(bin, "nvmet-rebind")
+	if err := os.WriteFile(exe, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := d.cmd(nil, "trigger")
+	c.Path, c.Args[0] = exe, exe
+	c.Dir = bin
+	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	stdout, stderr, code := runSplit(t, c)
+	if code != 1 || stdout != "" || !strings.Contains(stderr, "trigger: did nothing: not root (uid 65534)") {
+		t.Errorf("trigger as uid 65534: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
+
+// The man page's SYNOPSIS and the completions list every command and
+// every flag of every command, as newApp defines them.
+func TestDocsListEveryCommandFlag(t *testing.T) {
+	read := func(p string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join("..", "..", "etc", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.ReplaceAll(string(b), `\-`, "-")
+	}
+	man := read("man/nvmet-rebind.8")
+	i, j := strings.Index(man, "\n.SH SYNOPSIS\n"), strings.Index(man, "\n.SH DESCRIPTION\n")
+	if i < 0 || j < i {
+		t.Fatal("no SYNOPSIS section")
+	}
+	synopsis := man[i:j]
+	bash, zsh := read("completion/nvmet-rebind.bash"), read("completion/_nvmet-rebind")
+	for _, cmd := range newApp(io.Discard, io.Discard).Commands {
+		if cmd.Name == "help" {
+			continue
+		}
+		if !regexp.MustCompile(`(?m)^\.BR? .*\b` + cmd.Name + `\b`).MatchString(synopsis) {
+			t.Errorf("SYNOPSIS lacks the command %s", cmd.Name)
+		}
+		for _, f := range cmd.Flags {
+			flag := "--" + f.Names()[0]
+			if !strings.Contains(synopsis, flag+" ") && !strings.Contains(synopsis, flag+"\n") {
+				t.Errorf("SYNOPSIS lacks %s %s", cmd.Name, flag)
+			}
+			if !strings.Contains(bash, flag+" ") {
+				t.Errorf("bash completion lacks %s %s", cmd.Name, flag)
+			}
+			if !strings.Contains(zsh, "'"+flag+"[") && !strings.Contains(zsh, "'"+flag+"=[") {
+				t.Errorf("zsh completion lacks %s %s", cmd.Name, flag)
+			}
+		}
+	}
+}
+
+// check is a monitoring plugin: the status line first, exit 0 OK,
+// 1 WARNING, 2 CRITICAL, 3 UNKNOWN; never OK when it could not see
+// configfs, and UNKNOWN for any error.
+func TestCheckPlugin(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, d *daemonEnv)
+		code  int
+		line  string // prefix of the first line
+		more  string // somewhere in the output
+	}{
+		{name: "nothing managed, both trees: OK", code: 0,
+			line: "NVMET-REBIND OK - 0 managed listeners | alive=0 dead=0 stranded=0 unknown=0 managed=0 healing=0 gave_up=0 unreadable=0"},
+		{name: "configfs root missing: UNKNOWN", code: 3,
+			setup: func(t *testing.T, d *daemonEnv) { must(t, os.RemoveAll(filepath.Join(d.dir, "cfs"))) },
+			line:  "NVMET-REBIND UNKNOWN - configfs not visible: configfs root " + "", more: "does not exist"},
+		{name: "an empty root, not a configfs mount: UNKNOWN", code: 3,
+			setup: func(t *testing.T, d *daemonEnv) {
+				must(t, os.RemoveAll(filepath.Join(d.dir, "cfs")))
+				must(t, os.Mkdir(filepath.Join(d.dir, "cfs"), 0o755))
+			},
+			line: "NVMET-REBIND UNKNOWN - configfs not visible: ", more: "is not a configfs mount"},
+		{name: "only nvmet: OK, LIO noted", code: 0,
+			setup: func(t *testing.T, d *daemonEnv) { must(t, os.RemoveAll(filepath.Join(d.dir, "cfs", "target"))) },
+			line:  "NVMET-REBIND OK - 0 managed listeners |", more: "\nnote: LIO iSCSI not loaded (no "},
+		{name: "a config refused: UNKNOWN, said on the status line", code: 3,
+			setup: func(t *testing.T, d *daemonEnv) { must(t, os.Chmod(d.args[1], 0o666)) },
+			line:  "NVMET-REBIND UNKNOWN - cannot read the status: ", more: "writable by group or others"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := newDaemonEnv(t)
+			if tt.setup != nil {
+				tt.setup(t, d)
+			}
+			var stdout bytes.Buffer
+			c := d.cmd(nil, "check")
+			c.Stdout = &stdout
+			err := c.Run()
+			code := 0
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			out := stdout.String()
+			if code != tt.code || !strings.HasPrefix(out, tt.line) || !strings.Contains(out, tt.more) {
+				t.Errorf("check: exit %d, want %d; want a first line %q… and %q in:\n%s", code, tt.code, tt.line, tt.more, out)
+			}
+			wantPipes := 1 // the perf data, on the first line
+			if strings.Contains(tt.line, "cannot read the status") {
+				wantPipes = 0 // nothing counted: no perf data
+			}
+			if first, _, _ := strings.Cut(out, "\n"); strings.Count(out, "|") != wantPipes || strings.Count(first, "|") != wantPipes {
+				t.Errorf("perf data is not on the first line alone:\n%s", out)
+			}
+		})
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

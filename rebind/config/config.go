@@ -21,6 +21,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded"
 )
 
 // duration is a TOML string like "10m" or "0".
@@ -80,9 +81,17 @@ type fileConfig struct {
 	} `toml:"metrics"`
 }
 
+// maxConfigBytes bounds the config file (the reference config is a few
+// KiB): the read stops there, whatever stat says.
+const maxConfigBytes = 1 << 20
+
 // LoadConfig reads and validates the file at path. A missing file is an
 // error: the daemon must not run on a guess. Files writable by group or
-// others are refused: they decide what is written to the kernel.
+// others are refused: they decide what is written to the kernel. path may
+// be a symlink (/etc alternatives) and is followed, but what it names must
+// be a regular file of at most maxConfigBytes (1 MiB): a FIFO, a device or
+// a directory is refused before a byte is read, and the read itself is
+// bounded (bounded.ReadFile).
 func Load(path string) (rebind.Config, error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -91,13 +100,19 @@ func Load(path string) (rebind.Config, error) {
 		}
 		return rebind.Config{}, fmt.Errorf("config %s: %w", path, err)
 	}
+	if err := bounded.CheckMode(path, st.Mode()); err != nil {
+		return rebind.Config{}, fmt.Errorf("config %w", err) // before the mode: /dev/zero is 0666
+	}
 	if st.Mode().Perm()&0o022 != 0 {
 		return rebind.Config{}, fmt.Errorf("config %s: mode %v is writable by group or others; run chmod go-w %s", path, st.Mode().Perm(), path)
 	}
 	if st.Size() > 1<<20 {
 		return rebind.Config{}, fmt.Errorf("config %s: larger than 1 MiB", path)
 	}
-	b, err := os.ReadFile(path)
+	b, err := bounded.ReadFile(path, maxConfigBytes, true)
+	if _, ok := errors.AsType[*bounded.Error](err); ok {
+		return rebind.Config{}, fmt.Errorf("config %w", err) // names path
+	}
 	if err != nil {
 		return rebind.Config{}, fmt.Errorf("config %s: %w", path, err)
 	}
@@ -117,7 +132,10 @@ func Parse(name string, b []byte) (rebind.Config, error) {
 			}
 			return rebind.Config{}, fmt.Errorf("config %s: line %d: %s%s", name, pe.Position.Line, key, clipN(pe.Message, 400))
 		}
-		return rebind.Config{}, fmt.Errorf("config %s: %s", name, clip(err.Error()))
+		if m := typeErr.FindStringSubmatch(err.Error()); m != nil {
+			return rebind.Config{}, typeError(name, b, m[1], m[2], m[3])
+		}
+		return rebind.Config{}, fmt.Errorf("config %s: %s", name, clipN(err.Error(), 400))
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		k := und[0]
@@ -198,26 +216,111 @@ func checkTextfile(p string) error {
 	return nil
 }
 
-// keyLine finds the line of a key for an error message: the first line,
-// inside the key's table, that assigns its last element.
+// typeErr is the decoder's error for a value of the wrong TOML type, which
+// is no toml.ParseError: "toml: line N (last key "k"): message" (no line
+// when the decoder has none).
+var typeErr = regexp.MustCompile(`^toml: (?:line (\d+) )?\(last key "((?:[^"\\]|\\.)*)"\): (.*)$`)
+
+// typeError rewrites the decoder's type error with the file, line and key
+// first, Go types out, and what to write instead.
+func typeError(name string, b []byte, line, key, msg string) error {
+	n := 0
+	fmt.Sscan(line, &n)
+	if n == 0 {
+		n = keyLine(b, toml.Key(strings.Split(key, ".")))
+	}
+	// "type mismatch for struct { … }: expected table but found int64"
+	if _, found, ok := strings.Cut(msg, ": expected table but found "); ok && strings.HasPrefix(msg, "type mismatch for ") {
+		msg = "incompatible types: TOML value has type " + found + "; destination has type table"
+	}
+	hint := map[string]string{
+		"watch":                  `write [[watch]] on a line of its own and subnet = "192.0.2.0/24" under it`,
+		"watch.subnet":           `write a quoted subnet, e.g. subnet = "192.0.2.0/24"`,
+		"policy":                 "write [policy] on a line of its own and its keys under it",
+		"policy.give_up_after":   `write a quoted duration, e.g. give_up_after = "10m"`,
+		"policy.pin_device":      "write true or false, without quotes",
+		"policy.resync_interval": `write a quoted duration, e.g. resync_interval = "30s"`,
+		"policy.rescan_interval": `write a quoted duration, e.g. rescan_interval = "10m"`,
+		"boot":                   "write [boot] on a line of its own and its keys under it",
+		"boot.nvmet_config":      `write a quoted absolute path, e.g. nvmet_config = "/etc/nvmet/config.json"`,
+		"boot.target_config":     `write a quoted absolute path, e.g. target_config = "/etc/rtslib-fb-target/saveconfig.json"`,
+		"boot.window":            `write a quoted duration, e.g. window = "10m"`,
+		"metrics":                "write [metrics] on a line of its own and its keys under it",
+		"metrics.textfile":       `write a quoted absolute path ending in .prom, e.g. textfile = "/var/lib/prometheus/node-exporter/nvmet-rebind.prom"`,
+	}[key]
+	if hint == "" {
+		hint = "see the CONFIGURATION section of nvmet-rebind(8)"
+	}
+	return fmt.Errorf("config %s: line %d: %s: %s: %s", name, n, clip(key), clipN(msg, 400), hint)
+}
+
+// keyLine finds the line of a key for an error message (the decoder keeps
+// no position for a key it did not decode): the first line that defines
+// it, as an assignment (in its table, dotted keys included) or as a
+// [table] or [[table]] header; else the first line defining a key inside
+// it, or a parent of it (an inline table). 0 if none.
 func keyLine(b []byte, k toml.Key) int {
 	if len(k) == 0 {
 		return 0
 	}
-	table := strings.Join(k[:len(k)-1], ".")
-	re := regexp.MustCompile(`^\s*("?)` + regexp.QuoteMeta(k[len(k)-1]) + `("?)\s*=`)
-	cur := ""
+	near := 0
+	var cur []string
 	for i, line := range strings.Split(string(b), "\n") {
 		t := strings.TrimSpace(line)
-		if strings.HasPrefix(t, "[") {
-			cur = strings.Trim(strings.SplitN(t, "#", 2)[0], "[] \t")
+		var def []string
+		switch {
+		case strings.HasPrefix(t, "#") || t == "":
 			continue
+		case strings.HasPrefix(t, "["):
+			h := strings.TrimPrefix(strings.TrimPrefix(t, "["), "[")
+			end := strings.Index(h, "]")
+			if end < 0 {
+				continue
+			}
+			cur = splitKey(h[:end])
+			def = cur
+		default:
+			lhs, _, ok := strings.Cut(t, "=")
+			if !ok {
+				continue
+			}
+			def = append(slices.Clip(cur), splitKey(lhs)...)
 		}
-		if (cur == table || table == "") && re.MatchString(line) {
+		switch {
+		case slices.Equal(def, k):
 			return i + 1
+		case near == 0 && (hasPrefix(def, k) || hasPrefix(k, def)) && len(def) > 0:
+			near = i + 1
 		}
 	}
-	return 0
+	return near
+}
+
+func hasPrefix(k, prefix []string) bool {
+	return len(prefix) <= len(k) && slices.Equal(k[:len(prefix)], prefix)
+}
+
+// splitKey splits a TOML key (dotted, parts bare or quoted) into its parts.
+func splitKey(s string) []string {
+	var parts []string
+	var part strings.Builder
+	quote := rune(0)
+	for _, r := range s {
+		switch {
+		case quote != 0 && r == quote:
+			quote = 0
+		case quote != 0:
+			part.WriteRune(r)
+		case r == '"' || r == '\'':
+			quote = r
+		case r == '.':
+			parts = append(parts, part.String())
+			part.Reset()
+		case r != ' ' && r != '\t':
+			part.WriteRune(r)
+		}
+	}
+	return append(parts, part.String())
 }
 
 // valueLine finds the last line holding a quoted value, for error messages.

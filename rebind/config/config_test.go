@@ -113,3 +113,40 @@ func TestLoadConfigRefusesWritableByOthers(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+// An unknown key is reported at the line that defines it, also when the
+// decoder has no position for it: a [table] or [[table]] header, a dotted
+// key, a sub-table.
+func TestUnknownKeyLine(t *testing.T) {
+	for text, want := range map[string]string{
+		"[polcy]\n": `line 1: unknown key "polcy"`,
+		"# comment\n\n[policy]\nresync_interval = \"30s\"\n\n[polcy]\nx = 1\n": `line 6: unknown key "polcy"`,
+		"[policy]\npin_device = true\n\n[[wat]]\nsubnet = \"192.0.2.0/24\"\n":  `line 4: unknown key "wat"`,
+		"[policy]\n[ policy.sub ]\nx = 1\n":                                    `line 2: unknown key "policy.sub"`,
+		"[policy]\npin_device = true\n[metrics]\npolicy.bogus = 1\n":           `line 4: unknown key "metrics.policy.bogus"`,
+		"policy.bogus = 1\n":               `line 1: unknown key "policy.bogus"`,
+		"[policy]\n\"give_up\" = \"1m\"\n": `line 2: unknown key "policy.give_up"`,
+	} {
+		_, err := config.Parse("cfg.toml", []byte(text))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q) = %v, want it to contain %q", text, err, want)
+		}
+	}
+}
+
+// A value of the wrong TOML type: the whole message, naming the key and
+// both types, at its line, and what to write instead.
+func TestTypeErrorsInFull(t *testing.T) {
+	for text, want := range map[string]string{
+		"[policy]\n\nresync_interval = [1]\n": `config cfg.toml: line 3: policy.resync_interval: incompatible types: TOML value has type []any; destination has type primitive (string-like): write a quoted duration, e.g. resync_interval = "30s"`,
+		"[policy]\npin_device = \"yes\"\n":    `config cfg.toml: line 2: policy.pin_device: incompatible types: TOML value has type string; destination has type boolean: write true or false, without quotes`,
+		"watch = 5\n":                         `config cfg.toml: line 1: watch: incompatible types: TOML value has type int64; destination has type slice: write [[watch]] on a line of its own`,
+		"\npolicy = 5\n":                      `config cfg.toml: line 2: policy: incompatible types: TOML value has type int64; destination has type table: write [policy] on a line of its own`,
+		"[metrics]\ntextfile = 1\n":           `config cfg.toml: line 2: metrics.textfile: incompatible types: TOML value has type int64; destination has type string: write a quoted absolute path ending in .prom`,
+	} {
+		_, err := config.Parse("cfg.toml", []byte(text))
+		if err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("Parse(%q) = %v\nwant it to start with %q", text, err, want)
+		}
+	}
+}

@@ -1,8 +1,25 @@
 // Package control is the daemon's control socket: a Unix stream socket
-// (mode 0600 in a 0700 directory, normally /run/nvmet-rebind/control.sock)
+// (mode 0600 in a directory only root can write, created 0700, normally
+// /run/nvmet-rebind/control.sock)
 // that takes one JSON request per connection and answers one JSON response.
 // Peers are checked with SO_PEERCRED: only root (or the daemon's own uid)
 // may talk to it.
+//
+// At its limits the socket degrades, it does not end the daemon:
+//
+//   - An accept that fails for want of resources (EMFILE, ENFILE, ENOBUFS,
+//     ENOMEM, ECONNABORTED) is retried after a backoff, 5 ms doubling to
+//     1 s as net/http's Server does, reset by the next accept that works;
+//     the connection waits in the kernel's listen backlog meanwhile. Each
+//     such episode logs one warning (and one line when it ends).
+//   - At most maxConns (64) connections are served at once. A connection
+//     arriving when all are taken takes the slot of the oldest one still
+//     waiting for its request (that one is answered "dropped" and closed);
+//     when every slot is running a request it is answered "busy" and
+//     closed at once, before anything is read from it. Either way the
+//     client gets an error naming the limit, never a hang.
+//   - Each connection has 30 s for everything (connDeadline) and a request
+//     is at most 64 KiB (maxRequest).
 package control
 
 import (
@@ -12,11 +29,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
+
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/owndir"
 )
 
 // Request is what a client sends.
@@ -38,27 +60,72 @@ type Handler func(ctx context.Context, req Request) (any, error)
 // maxRequest bounds a request.
 const maxRequest = 64 << 10
 
+// connDeadline bounds a connection's reads and writes, from its accept.
+const connDeadline = 30 * time.Second
+
+// maxConns caps the connections served at once (each is a goroutine and a
+// file descriptor). The clients are the CLI and scripts, one request each,
+// a few at a time: 64 is far above real use and far below the fd limit.
+// Past it a newcomer takes the slot of the oldest connection still
+// waiting for its request, or is refused at once (see admit): blocking the
+// accept loop instead would leave clients hanging in the listen backlog
+// behind idle connections for up to connDeadline.
+const maxConns = 64
+
+// The backoff after an accept failed for want of resources, as net/http's
+// Server: acceptBackoffMin doubling to acceptBackoffMax.
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
+
 // Server serves the control socket.
 type Server struct {
 	path    string
 	ln      *net.UnixListener
 	handler Handler
+	log     *slog.Logger // nil: slog.Default()
 	// Allowed decides whether a peer uid may use the socket.
 	mu      sync.Mutex
 	allowed func(uid uint32) bool
 	wg      sync.WaitGroup
+
+	acceptErrs atomic.Int64 // accepts failed for want of resources
+
+	cmu     sync.Mutex
+	conns   []*conn // the connections holding a slot, oldest first
+	full    bool    // the cap was reached: warned, until half the slots are free
+	peak    int     // most slots ever held at once (tests)
+	dropped int     // connections that lost their slot to a newcomer
+	refused int     // connections refused at once: every slot running a request
 }
 
-// Listen creates the socket at path (its directory is created with mode
-// 0700; a stale socket from a crashed daemon is replaced). Only uid 0 and
-// the daemon's own uid may connect.
-func Listen(path string, h Handler) (*Server, error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("control socket %s: %w", path, err)
+// conn is one connection holding a slot.
+type conn struct {
+	c        *net.UnixConn
+	since    time.Time
+	handling bool // its request was read: it keeps its slot until it ends
+	dropped  bool // its slot went to a newcomer: answer "dropped" and close
+}
+
+// SetLog sets where the server logs (default slog.Default()); call it
+// before Serve.
+func (s *Server) SetLog(l *slog.Logger) { s.log = l }
+
+func (s *Server) logger() *slog.Logger {
+	if s.log == nil {
+		return slog.Default()
 	}
-	if err := os.Chmod(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("control socket %s: %w", path, err)
+	return s.log
+}
+
+// Listen creates the socket at path (a missing directory is created with
+// mode 0700; an existing one keeps its mode and is refused when others can
+// write it: owndir.Ensure; a stale socket from a crashed daemon is
+// replaced). Only uid 0 and the daemon's own uid may connect.
+func Listen(path string, h Handler) (*Server, error) {
+	if err := owndir.Ensure(filepath.Dir(path)); err != nil {
+		return nil, fmt.Errorf("control socket %s: run dir: %w", path, err)
 	}
 	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
 		c.Close()
@@ -80,32 +147,173 @@ func Listen(path string, h Handler) (*Server, error) {
 	return &Server{path: path, ln: ln, handler: h, allowed: func(uid uint32) bool { return uid == 0 || uid == self }}, nil
 }
 
-// Serve accepts connections until ctx is done.
+// Serve accepts connections until ctx is done (then it returns nil, once
+// the connections being served have ended). An accept that fails for want
+// of resources never ends it (see temporary): it logs one warning per
+// episode, backs off and goes on. Any other accept error means the
+// listener is closed or broken, and is returned.
 func (s *Server) Serve(ctx context.Context) error {
 	go func() {
 		<-ctx.Done()
 		s.ln.Close()
 	}()
+	defer s.wg.Wait()
+	var (
+		backoff time.Duration
+		failed  int       // accepts failed in this episode
+		since   time.Time // the episode's first failure
+	)
 	for {
 		c, err := s.ln.AcceptUnix()
 		if err != nil {
-			s.wg.Wait()
 			if ctx.Err() != nil {
 				return nil
 			}
-			return fmt.Errorf("control socket %s: accept: %w", s.path, err)
+			if !temporary(err) {
+				return fmt.Errorf("control socket %s: accept: %w", s.path, err)
+			}
+			s.acceptErrs.Add(1)
+			if failed == 0 {
+				since = time.Now()
+				s.logger().Warn("control socket: accept failed for want of resources; backing off (5ms doubling to 1s) and retrying",
+					"socket", s.path, "err", err)
+			}
+			failed++
+			backoff = nextBackoff(backoff)
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+			continue
+		}
+		if failed > 0 {
+			s.logger().Info("control socket: accepting again", "socket", s.path,
+				"failed_accepts", failed, "after", time.Since(since).Round(time.Millisecond))
+			failed, backoff = 0, 0
+		}
+		// The deadline is set here, before the connection can lose its
+		// slot (which moves its read deadline to now).
+		c.SetDeadline(time.Now().Add(connDeadline))
+		cn := s.admit(c)
+		if cn == nil {
+			continue
 		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.serve(ctx, c)
+			defer s.release(cn)
+			s.serve(ctx, cn)
 		}()
 	}
 }
 
-func (s *Server) serve(ctx context.Context, c *net.UnixConn) {
+// nextBackoff is the wait after one more failed accept: acceptBackoffMin
+// doubling to acceptBackoffMax (d is the previous wait, 0 for none).
+func nextBackoff(d time.Duration) time.Duration {
+	if d == 0 {
+		return acceptBackoffMin
+	}
+	return min(2*d, acceptBackoffMax)
+}
+
+// temporary tells an accept that failed for want of resources — file
+// descriptors (EMFILE, ENFILE), kernel memory (ENOBUFS, ENOMEM) — or
+// because the peer went away first (ECONNABORTED): the listener is fine,
+// and a later accept may work.
+func temporary(err error) bool {
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// admit gives c a slot, and returns it; nil if c was refused (and closed).
+// A free slot is taken first; with all maxConns taken, the slot of the
+// oldest connection still waiting for its request (idle, or sending
+// slowly) goes to c, and that one is answered "dropped" and closed by its
+// goroutine; when every slot is running a request, c is answered "busy"
+// and closed at once, nothing read from it. The first time the cap is
+// reached logs a warning, again only after half the slots were free.
+func (s *Server) admit(c *net.UnixConn) *conn {
+	cn := &conn{c: c, since: time.Now()}
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	if len(s.conns) >= maxConns {
+		if !s.full {
+			s.full = true
+			s.logger().Warn("control socket: at its limit of connections; the oldest waiting for its request are dropped for newcomers, newcomers refused while every one runs a request",
+				"socket", s.path, "limit", maxConns)
+		}
+		victim := -1
+		for i, o := range s.conns {
+			if !o.handling {
+				victim = i
+				break
+			}
+		}
+		if victim < 0 {
+			s.refused++
+			// A fresh socket's send buffer is empty: this write does not
+			// block (and its deadline makes sure).
+			c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+			json.NewEncoder(c).Encode(Response{Error: fmt.Sprintf("control socket busy: all %d connections are running a request; try again", maxConns)})
+			c.Close()
+			return nil
+		}
+		o := s.conns[victim]
+		o.dropped = true
+		o.c.SetReadDeadline(time.Now()) // its goroutine answers and closes
+		s.conns = append(s.conns[:victim], s.conns[victim+1:]...)
+		s.dropped++
+	}
+	s.conns = append(s.conns, cn)
+	s.peak = max(s.peak, len(s.conns))
+	return cn
+}
+
+// handling marks cn's request read: it keeps its slot. False if its slot
+// went to a newcomer already.
+func (s *Server) handling(cn *conn) bool {
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	if cn.dropped {
+		return false
+	}
+	cn.handling = true
+	return true
+}
+
+// isDropped tells whether cn's slot went to a newcomer.
+func (s *Server) isDropped(cn *conn) bool {
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	return cn.dropped
+}
+
+// release frees cn's slot (if it still has one).
+func (s *Server) release(cn *conn) {
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	for i, o := range s.conns {
+		if o == cn {
+			s.conns = append(s.conns[:i], s.conns[i+1:]...)
+			break
+		}
+	}
+	if len(s.conns) <= maxConns/2 {
+		s.full = false
+	}
+}
+
+// serve answers cn's one request; its deadline (connDeadline) was set at
+// accept.
+func (s *Server) serve(ctx context.Context, cn *conn) {
+	c := cn.c
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(30 * time.Second))
 	enc := json.NewEncoder(c)
 	uid, err := peerUID(c)
 	if err != nil {
@@ -121,7 +329,16 @@ func (s *Server) serve(ctx context.Context, c *net.UnixConn) {
 	}
 	var req Request
 	if err := json.NewDecoder(io.LimitReader(bufio.NewReader(c), maxRequest)).Decode(&req); err != nil {
+		if s.isDropped(cn) {
+			enc.Encode(Response{Error: fmt.Sprintf("dropped: the control socket is at its limit of %d connections and this one sent no request in %v",
+				maxConns, time.Since(cn.since).Round(time.Millisecond))})
+			return
+		}
 		enc.Encode(Response{Error: "bad request: " + err.Error()})
+		return
+	}
+	if !s.handling(cn) {
+		enc.Encode(Response{Error: fmt.Sprintf("dropped: the control socket is at its limit of %d connections", maxConns)})
 		return
 	}
 	res, err := s.handler(ctx, req)

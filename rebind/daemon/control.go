@@ -13,6 +13,9 @@ import (
 )
 
 // controlSocket serves the control socket (handler) until the daemon stops.
+// Running out of fds or memory at accept, or a flood of connections, does
+// not end it (control.Server.Serve backs off, caps connections at 64): only
+// a broken listener does, and that ends the daemon.
 type controlSocket struct{ srv *control.Server }
 
 func (c *controlSocket) String() string                { return "control" }

@@ -12,6 +12,8 @@
 //   - metrics (tasks.go): /metrics on a loopback address, when asked for
 //   - metrics textfile (textfile.go): node_exporter's textfile, after every
 //     round and at least every resync interval
+//   - sight (sight.go): logs once when configfs, nvmet, LIO or RDMA
+//     netlink cannot be seen, and once when they can again
 //   - control (control.go): the control socket (status, trigger, reload,
 //     rebind)
 //   - reload (control.go): SIGHUP, the same reload as the control socket's
@@ -152,6 +154,7 @@ func setUp(p Paths, log *slog.Logger, o RunOptions) (*daemon, *control.Server, f
 	if err != nil {
 		return fail(err)
 	}
+	srv.SetLog(log)
 	return d, srv, done, nil
 }
 
@@ -160,12 +163,13 @@ func setUp(p Paths, log *slog.Logger, o RunOptions) (*daemon, *control.Server, f
 // triggers, so neither ever holds the loop up.
 func (d *daemon) tasks(o RunOptions, srv *control.Server, hup <-chan os.Signal) []task {
 	events := new(udev.Stats)
-	rounds, trims := newTrigger(), newTrigger()
+	rounds, trims, sights := newTrigger(), newTrigger(), newTrigger()
 	col := metrics.NewCollector(d.env.Engine, events)
 	tasks := []task{
 		&watcher{name: "uevents", watch: udev.WatchUevents, hint: d.hint, stats: events},
 		&watcher{name: "rtnetlink", watch: udev.WatchRtnetlink, hint: d.hint, stats: events},
-		newReconciler(d.env.Engine, d.notify, rounds, trims),
+		newReconciler(d.env.Engine, d.notify, rounds, trims, sights),
+		&sightLogger{eng: d.env.Engine, log: d.log, rounds: sights},
 	}
 	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
 		tasks = append(tasks, &trimmer{rounds: trims})

@@ -87,7 +87,8 @@ func open(p Paths, log *slog.Logger, mode Mode, fault func(string) bool, heartbe
 		}
 	}
 	opts := rebind.Options{Tree: tree, Kernel: env.Kernel, Config: cfg, Logger: log,
-		Declared: saved.Load, HeartbeatEvery: heartbeat}
+		Declared: saved.Load, HeartbeatEvery: heartbeat,
+		Probe: func() rebind.ConfigfsSight { return rebind.ProbeConfigfs(fsys.Root()) }}
 	if mode == ReadOnly {
 		env.Store = state.OpenReadOnly(p.State)
 		opts.DryRun = true

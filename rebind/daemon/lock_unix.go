@@ -3,21 +3,38 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/owndir"
 )
 
 // Lock takes an exclusive flock on <state-dir>/lock so that two
-// reconcilers never write at once.
+// reconcilers never write at once. The state directory is created (0700)
+// when missing and refused when others can write it (owndir.Ensure); the
+// lock file is never reached through a symlink (O_NOFOLLOW: a symlink
+// there is an error, and its target is not created).
 func Lock(dir string) (func(), error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("state dir %s: %w", dir, err)
+	if err := owndir.Ensure(dir); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR|syscall.O_CLOEXEC, 0o600)
+	path := filepath.Join(dir, "lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("state dir %s: lock %s is a symlink; not followed: remove it (the daemon creates a plain file there)", dir, path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("state dir %s: lock: %w", dir, err)
+	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		if err == nil {
+			err = fmt.Errorf("not a regular file (%v): remove it", st.Mode().Type())
+		}
+		return nil, fmt.Errorf("state dir %s: lock %s: %w", dir, path, err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()

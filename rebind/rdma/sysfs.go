@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"fmt"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded"
 	"golang.org/x/sys/unix"
 	"io"
 	"io/fs"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // maxAttrSize bounds every sysfs attribute read (sysfs attributes are one page).
@@ -25,9 +27,27 @@ type sysfs struct {
 }
 
 // readAt reads the attribute file name (one path element) of s.dir.
+//
+// As configfs attributes are read (configfs/read_linux.go): the open is
+// non-blocking and does not follow a symlink, the read is bounded, and
+// what is not a regular file is an error; the fstat that tells is made
+// only when the read was empty, failed or hit the bound (a FIFO without a
+// writer reads nothing, with a silent one EAGAIN, /dev/zero never ends):
+// the GID tables are thousands of reads per observation.
 func (s sysfs) readAt(name string) (string, error) {
-	fd, err := unix.Openat(int(s.dir.Fd()), name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	var fd int
+	var err error
+	for {
+		fd, err = unix.Openat(int(s.dir.Fd()), name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+		if err != unix.EINTR {
+			break
+		}
+	}
 	if err != nil {
+		var st unix.Stat_t
+		if err == unix.ENXIO && unix.Fstatat(int(s.dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			return "", notAttr("", st.Mode) // a socket, a device without a driver
+		}
 		return "", &fs.PathError{Op: "openat", Path: name, Err: err}
 	}
 	defer unix.Close(fd)
@@ -39,6 +59,9 @@ func (s sysfs) readAt(name string) (string, error) {
 			continue
 		}
 		if err != nil {
+			if err := checkRegular(fd); err != nil {
+				return "", err
+			}
 			return "", &fs.PathError{Op: "read", Path: name, Err: err}
 		}
 		if m == 0 {
@@ -46,10 +69,42 @@ func (s sysfs) readAt(name string) (string, error) {
 		}
 		n += m
 	}
+	if n == 0 || n > maxAttrSize {
+		if err := checkRegular(fd); err != nil {
+			return "", err
+		}
+	}
 	if n > maxAttrSize {
 		return "", fmt.Errorf("%s: larger than %d bytes", name, maxAttrSize)
 	}
 	return strings.TrimSpace(string(buf[:n])), nil
+}
+
+// checkRegular refuses an open attribute that is not a regular file; the
+// error does not name it (readAt's callers do: "gids/3: ...").
+func checkRegular(fd int) error {
+	var st unix.Stat_t
+	var err error
+	for {
+		err = unix.Fstat(fd, &st)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("fstat: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return notAttr("", st.Mode)
+	}
+	return nil
+}
+
+// notAttr is the error for an attribute that is not a regular file; name
+// may be "" when the caller names it.
+func notAttr(name string, mode uint32) error {
+	return &bounded.Error{Path: name, Problem: "not a regular file (" + bounded.Kind(mode) + ")",
+		Fix: "sysfs attributes are regular files: check that the sysfs root is sysfs", Err: bounded.ErrNotRegular}
 }
 
 // list returns the entry names of directory dir.
@@ -81,11 +136,21 @@ func (s sysfs) read(p string) (string, error) {
 	if s.dir != nil && validName(p) {
 		return s.readAt(p)
 	}
-	f, err := s.root.Open(p)
+	// Non-blocking, not through a final symlink, and only a regular
+	// file (checked before the read: an os.File of a FIFO would wait in
+	// the poller).
+	f, err := s.root.OpenFile(p, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	if !st.Mode().IsRegular() {
+		return "", notAttr(p, uint32(st.Sys().(*syscall.Stat_t).Mode))
+	}
 	b, err := io.ReadAll(io.LimitReader(f, maxAttrSize+1))
 	if err != nil {
 		return "", err

@@ -7,13 +7,15 @@ package saved
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded"
 )
 
 // nvmetcli's format (nvmetcli/nvmet/nvme.py Root.dump()).
@@ -102,23 +104,33 @@ func ParseSaveconfig(name string, b []byte) ([]rebind.Declared, error) {
 	return out, nil
 }
 
+// maxSavedBytes bounds a saved config: targetcli's holds every LUN and
+// ACL of the host, a few MiB on the largest.
+const maxSavedBytes = 64 << 20
+
 // Load reads the saved configs named in the config; a file that
-// does not exist declares nothing.
+// does not exist declares nothing. A saved config may be a symlink (it is
+// followed) but must be a regular file of at most maxSavedBytes (64 MiB):
+// anything else is refused before it is read, and the read is bounded.
 func Load(cfg rebind.Config) ([]rebind.Declared, error) {
 	var out []rebind.Declared
 	for _, f := range []struct {
+		what  string
 		path  string
 		parse func(string, []byte) ([]rebind.Declared, error)
-	}{{cfg.NvmetConfig, ParseNvmetcli}, {cfg.TargetConfig, ParseSaveconfig}} {
+	}{{"nvmetcli config", cfg.NvmetConfig, ParseNvmetcli}, {"targetcli config", cfg.TargetConfig, ParseSaveconfig}} {
 		if f.path == "" {
 			continue
 		}
-		b, err := os.ReadFile(f.path)
-		if os.IsNotExist(err) {
+		b, err := bounded.ReadFile(f.path, maxSavedBytes, true)
+		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
+		if _, ok := errors.AsType[*bounded.Error](err); ok {
+			return nil, fmt.Errorf("%s %w", f.what, err) // names the path
+		}
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", f.what, err)
 		}
 		d, err := f.parse(f.path, b)
 		if err != nil {

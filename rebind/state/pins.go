@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -25,12 +25,23 @@ type pinEntry struct {
 
 func (s *Store) pinsFile() string { return filepath.Join(s.dir, "pins.json") }
 
-// Pins reads the device pins; a missing file is no pins.
+// maxPinsBytes bounds pins.json (about 100 bytes an object), as
+// maxBatchBytes bounds a batch of the same objects' intents.
+const maxPinsBytes = maxBatchBytes
+
+// Pins reads the device pins; a missing file is no pins. pins.json is read
+// bounded, never through a symlink, and only if it is a regular file.
 func (s *Store) Pins() (map[rebind.Key]uint64, error) {
 	out := map[rebind.Key]uint64{}
-	b, err := os.ReadFile(s.pinsFile())
+	b, err := bounded.ReadFile(s.pinsFile(), maxPinsBytes, false)
 	if errors.Is(err, fs.ErrNotExist) {
 		return out, nil
+	}
+	if be, ok := errors.AsType[*bounded.Error](err); ok {
+		// Not a file SavePins wrote (a FIFO, a symlink, a device): the
+		// next SavePins renames a regular file over it.
+		be.Fix = "remove it; the daemon writes a new one when a pin changes"
+		return out, fmt.Errorf("pins %w", be)
 	}
 	if err != nil {
 		return out, fmt.Errorf("pins %s: %w", s.pinsFile(), err)

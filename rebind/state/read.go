@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
-	"io"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -152,13 +152,12 @@ func (s *Store) entry(name string) (rebind.Intent, error) {
 	return in, err
 }
 
+// maxEntryBytes bounds a single journal entry (one intent: a few hundred
+// bytes).
+const maxEntryBytes = 1 << 20
+
 func readIntent(path string) (rebind.Intent, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return rebind.Intent{}, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	b, err := readEntry(path, maxEntryBytes)
 	if err != nil {
 		return rebind.Intent{}, err
 	}
@@ -169,6 +168,22 @@ func readIntent(path string) (rebind.Intent, error) {
 		return rebind.Intent{}, fmt.Errorf("unreadable (%v)", err)
 	}
 	return in, checkIntent(in)
+}
+
+// readEntry reads a journal file, bounded, without following a symlink
+// and refusing anything but a regular file before reading it (a FIFO
+// would block the read, a device would never end it). The journal writes
+// only regular files: what else is there is a bad entry, reported by Load
+// and moved aside by Clean, whose messages name the file: the error does
+// not.
+func readEntry(path string, limit int64) ([]byte, error) {
+	b, err := bounded.ReadFile(path, limit, false)
+	if be, ok := errors.AsType[*bounded.Error](err); ok {
+		bare := *be
+		bare.Path, bare.Fix = "", ""
+		return nil, &bare
+	}
+	return b, err
 }
 
 // checkIntent is what makes an intent readable, alone or in a batch.
@@ -222,17 +237,9 @@ func (s *Store) readBatch(name string) ([]rebind.Intent, error) {
 	if !ok || batchName(seq) != name {
 		return nil, errors.New("not a batch file name (batch-<20 digits>.json)")
 	}
-	f, err := os.Open(filepath.Join(s.journal, name))
+	b, err := readEntry(filepath.Join(s.journal, name), maxBatchBytes)
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxBatchBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxBatchBytes {
-		return nil, fmt.Errorf("larger than %d bytes", maxBatchBytes)
 	}
 	var bf batchFile
 	dec := json.NewDecoder(bytes.NewReader(b))

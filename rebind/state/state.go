@@ -50,8 +50,8 @@
 // write after a failed one; it is only a way to avoid reading the
 // directory at each write, never what Load answers.
 //
-// A Store is opened either for writing (Open: creates the directories,
-// fixes their modes) by the one process that holds the state-dir lock, or
+// A Store is opened either for writing (Open: creates missing directories,
+// refuses ones others can write, never chmods one it did not create) by the one process that holds the state-dir lock, or
 // read-only (OpenReadOnly: status, check, plan, metrics), which never
 // creates, deletes, renames or chmods anything and keeps no index. Clean,
 // for the writer at start, removes temp files of a crash and quarantines
@@ -74,6 +74,7 @@ import (
 	"sync"
 
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/owndir"
 )
 
 // journalVersion is the format of intents (single entries and each intent
@@ -137,24 +138,13 @@ type badFile struct {
 }
 
 // Open opens the state directory for the writer: it creates <dir> and
-// <dir>/journal (mode 0700) when missing and tightens looser modes.
+// <dir>/journal (mode 0700) when missing; existing ones keep their mode
+// and owner, and are refused when others can write them (owndir.Ensure).
 func Open(dir string) (*Store, error) {
 	j := filepath.Join(dir, "journal")
-	if err := os.MkdirAll(j, 0o700); err != nil {
-		return nil, fmt.Errorf("state dir %s: %w", dir, err)
-	}
 	for _, d := range []string{dir, j} {
-		st, err := os.Stat(d)
-		if err != nil {
-			return nil, fmt.Errorf("state dir %s: %w", d, err)
-		}
-		if !st.IsDir() {
-			return nil, fmt.Errorf("state dir %s: not a directory", d)
-		}
-		if st.Mode().Perm()&0o077 != 0 {
-			if err := os.Chmod(d, 0o700); err != nil {
-				return nil, fmt.Errorf("state dir %s: mode %v: %w", d, st.Mode().Perm(), err)
-			}
+		if err := owndir.Ensure(d); err != nil {
+			return nil, fmt.Errorf("state dir: %w", err)
 		}
 	}
 	return &Store{dir: dir, journal: j}, nil

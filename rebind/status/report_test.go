@@ -42,8 +42,8 @@ func TestReport(t *testing.T) {
 	if r.Source != "daemon" || !r.At.Equal(at) || len(r.JournalErrors) != 1 || r.ListenersError != "" {
 		t.Errorf("report %+v", r)
 	}
-	if h, why := status.Check(r); h != status.Dead || len(why) != 1 {
-		t.Errorf("check: %v %q, want dead for port 1 only", h, why)
+	if v := status.Check(r); v.Health != status.Critical || v.Counts.Dead != 1 || v.Counts.Managed != 1 {
+		t.Errorf("check: %s %q, want critical for port 1 only", v.StatusLine(), v.Details)
 	}
 }
 

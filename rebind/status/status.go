@@ -1,38 +1,71 @@
 // Package status renders what the engine knows for people and programs:
 // the JSON contract of `nvmet-rebind status --json` (field names are
-// stable), the table of `status`, and the verdict of `check` (exit codes).
+// stable, SchemaVersion), the table of `status`, and the verdict of `check`
+// in the monitoring-plugin convention (check.go: exit codes 0-3, a status
+// line with perf data, then details).
 package status
 
 import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+)
+
+// SchemaVersion is the version of the `status --json` contract: 2 added
+// schema_version, a state that is always set, heal, gave_up, configfs,
+// addresses_error and unreadable. Fields are only ever added; listening
+// stays one release more, then goes (read state).
+const SchemaVersion = 2
+
+// The states of `status --json`'s "state", always set:
+//
+//   - listening: LISTEN on the RDMA device that carries the address
+//   - dead: no LISTEN entry
+//   - stranded: LISTEN on a device that no longer carries the address
+//   - unknown: the cm_id table could not be read (RDMA netlink)
+//   - none: the object could have an RDMA listener, none is expected and
+//     the kernel has none (an nvmet port with no subsystem linked, a portal
+//     with iser=0)
+//   - not-applicable: the object has no RDMA listener to judge (another
+//     transport, no usable address, unreadable, or only in a saved config)
+const (
+	StateListening     = "listening"
+	StateDead          = "dead"
+	StateStranded      = "stranded"
+	StateUnknown       = "unknown"
+	StateNone          = "none"
+	StateNotApplicable = "not-applicable"
 )
 
 // ListenerStatus is one line of `status --json`. The field names are a
 // contract that scripts use: keep them stable.
 type ListenerStatus struct {
-	Kind      string `json:"kind"`    // "nvmet" or "lio"
-	ID        string `json:"id"`      // port id, or <iqn>/<tpgt_N>/<np>
-	Address   string `json:"address"` // "192.0.2.1", "2001:db8::1"
-	Service   string `json:"service"` // "4420"
-	Managed   bool   `json:"managed"`
-	Reason    string `json:"reason"`
-	Listening *bool  `json:"listening"` // null: unknown
-	Device    string `json:"device"`    // RDMA device of the LISTEN entry, else the one that would carry the address
+	Kind    string `json:"kind"`    // "nvmet" or "lio"
+	ID      string `json:"id"`      // port id, or <iqn>/<tpgt_N>/<np>
+	Address string `json:"address"` // "192.0.2.1", "2001:db8::1"
+	Service string `json:"service"` // "4420"
+	Managed bool   `json:"managed"`
+	Reason  string `json:"reason"`
+	// Listening is the state as a tri-state (null: unknown, or nothing to
+	// judge). Deprecated in schema 2, kept for one release: read State.
+	Listening *bool  `json:"listening"`
+	Device    string `json:"device"` // RDMA device of the LISTEN entry, else the one that would carry the address
 	Netdev    string `json:"netdev"`
 	// Endpoint is the kernel listener the object holds: "<owner> <addr>:<port>".
 	Endpoint string `json:"endpoint,omitempty"`
 	// Sharers counts the configfs objects holding that listener (LIO
 	// portals of several targets on one address:port share one).
 	Sharers int `json:"sharers,omitempty"`
-	// State: "listening", "dead", "stranded" (LISTEN on a device that no
-	// longer carries the address), "unknown", or "" when nothing is expected.
+	// State is one of the State* names, always set (a report of schema 1
+	// has "" for none and not-applicable).
 	State string `json:"state"`
 	// RDMADevice and RDMAPort carry the address now (the GID table).
 	RDMADevice string     `json:"rdma_device"`
@@ -44,24 +77,71 @@ type ListenerStatus struct {
 	LastAt     *time.Time `json:"last_action_at,omitempty"`
 	LatencyMS  *float64   `json:"last_latency_ms,omitempty"`
 	RetryAt    *time.Time `json:"retry_at,omitempty"`
+	// Heal is the heal that runs next for the object, now that nothing
+	// holds it back (an action: rebind, toggle-iser, complete-relink, …);
+	// empty when none is due.
+	Heal string `json:"heal,omitempty"`
+	// GaveUp: down for more than give_up_after; not healed until a reload
+	// or a manual rebind.
+	GaveUp bool `json:"gave_up,omitempty"`
+}
+
+// ConfigfsStatus is what the configfs root showed (rebind.ConfigfsSight).
+type ConfigfsStatus struct {
+	Root string `json:"root"`
+	// Error says why nothing under the root can be seen.
+	Error   string `json:"error,omitempty"`
+	Mounted bool   `json:"mounted"` // a configfs mount
+	Nvmet   bool   `json:"nvmet"`   // <root>/nvmet exists: nvmet is loaded
+	LIO     bool   `json:"lio"`     // <root>/target/iscsi exists: LIO iSCSI is loaded
+	// NvmetWanted and LIOWanted: the config (a saved config) or the
+	// journal names objects of that kind.
+	NvmetWanted bool `json:"nvmet_wanted,omitempty"`
+	LIOWanted   bool `json:"lio_wanted,omitempty"`
 }
 
 // StatusReport is the whole of `status --json`.
 type StatusReport struct {
-	Listeners []ListenerStatus `json:"listeners"`
+	SchemaVersion int              `json:"schema_version"`
+	Listeners     []ListenerStatus `json:"listeners"`
 	// ListenersError says why listening is unknown (no RDMA netlink).
-	ListenersError string    `json:"listeners_error,omitempty"`
-	JournalErrors  []string  `json:"journal_errors,omitempty"`
-	Source         string    `json:"source"` // "daemon" or "direct"
-	At             time.Time `json:"at"`
+	ListenersError string `json:"listeners_error,omitempty"`
+	// AddressesError says why the netdevs' addresses are unknown: no heal
+	// runs.
+	AddressesError string `json:"addresses_error,omitempty"`
+	// Configfs is what the root showed; absent when nothing was probed
+	// (a daemon of schema 1).
+	Configfs *ConfigfsStatus `json:"configfs,omitempty"`
+	// Unreadable are the objects the engine might manage that could not
+	// be read whole: never judged, never healed.
+	Unreadable    []string  `json:"unreadable,omitempty"`
+	JournalErrors []string  `json:"journal_errors,omitempty"`
+	Source        string    `json:"source"` // "daemon" or "direct"
+	At            time.Time `json:"at"`
 }
 
-// Report renders a snapshot.
+// Report renders a snapshot; what it could and could not see is the
+// snapshot's Sight.
 func Report(s rebind.Snapshot, source string) StatusReport {
-	r := StatusReport{Listeners: []ListenerStatus{}, Source: source, At: s.At}
-	if s.ListenersErr != nil {
-		r.ListenersError = s.ListenersErr.Error()
+	r := StatusReport{SchemaVersion: SchemaVersion, Listeners: []ListenerStatus{}, Source: source, At: s.At}
+	sg := s.Sight
+	if sg.Netlink == nil {
+		sg.Netlink = s.ListenersErr // a snapshot made by hand (tests)
 	}
+	if sg.Netlink != nil {
+		r.ListenersError = sg.Netlink.Error()
+	}
+	if sg.Addrs != nil {
+		r.AddressesError = sg.Addrs.Error()
+	}
+	if c := sg.Configfs; c.Probed {
+		r.Configfs = &ConfigfsStatus{Root: c.Root, Mounted: c.Mounted, Nvmet: c.Nvmet, LIO: c.LIO,
+			NvmetWanted: sg.NvmetWanted, LIOWanted: sg.LIOWanted}
+		if c.Err != nil {
+			r.Configfs.Error = c.Err.Error()
+		}
+	}
+	r.Unreadable = slices.Clone(sg.Unreadable)
 	for _, e := range s.JournalErrs {
 		r.JournalErrors = append(r.JournalErrors, e.Error())
 	}
@@ -69,7 +149,10 @@ func Report(s rebind.Snapshot, source string) StatusReport {
 		ls := ListenerStatus{
 			Kind: it.Kind.String(), ID: it.ID, Service: it.ServiceString(), Managed: it.Managed,
 			Reason: it.Reason, Listening: it.Listening(), Device: it.Device, Netdev: it.Netdev, Expected: it.Expected,
-			Sharers: it.Sharers, State: it.State.String(), RDMADevice: it.Carrier, RDMAPort: it.CarrierPort,
+			Sharers: it.Sharers, State: stateName(it), RDMADevice: it.Carrier, RDMAPort: it.CarrierPort, GaveUp: it.GaveUp,
+		}
+		if it.Action != rebind.ActNone && it.Action != rebind.ActDropJournal {
+			ls.Heal = it.Action.String()
 		}
 		if it.Endpoint.Addr.IsValid() {
 			ls.Endpoint = it.Endpoint.String()
@@ -98,40 +181,32 @@ func Report(s rebind.Snapshot, source string) StatusReport {
 	return r
 }
 
-// Health is the verdict of `check`.
-type Health int
-
-// Health values map to exit codes.
-const (
-	Healthy Health = 0 // every managed, expected listener is alive
-	Dead    Health = 1 // at least one is dead
-	Unknown Health = 2 // cannot tell
-)
-
-// Check judges a report from each listener's state (rebind.State.Health,
-// what the metrics count too): dead wins over unknown.
-func Check(r StatusReport) (Health, []string) {
-	h := Healthy
-	var why []string
-	for _, l := range r.Listeners {
-		switch hl := rebind.ParseState(l.State).Health(l.Managed, l.Expected); hl {
-		case rebind.HealthNone, rebind.HealthAlive:
-		case rebind.HealthUnknown:
-			if h == Healthy {
-				h = Unknown
-			}
-			why = append(why, l.Kind+" "+l.ID+": listening unknown")
-		default:
-			h = Dead
-			why = append(why, l.Kind+" "+l.ID+" ("+l.Address+":"+l.Service+"): "+hl.String()+": "+l.Reason)
-		}
+// stateName is the item's state as `status --json` names it.
+func stateName(it rebind.Item) string {
+	if it.State != rebind.StateNone {
+		return it.State.String()
 	}
-	return h, why
+	if it.Endpoint.Addr.IsValid() {
+		return StateNone
+	}
+	return StateNotApplicable
+}
+
+// parseState reads a report's state, of schema 2 or 1 ("" for none).
+func parseState(name string) rebind.State {
+	switch name {
+	case "", StateNone, StateNotApplicable:
+		return rebind.StateNone
+	}
+	return rebind.ParseState(name)
 }
 
 func ptr[T any](v T) *T { return &v }
 
-// WriteTable prints the report as `nvmet-rebind status` shows it.
+// WriteTable prints the report as `nvmet-rebind status` shows it. Names
+// and texts read from the system are rendered safely: a name holding a
+// control character (a newline, a tab) is quoted as Go quotes it, free
+// text has its control characters escaped, so no row is broken or hidden.
 func WriteTable(out io.Writer, r StatusReport) error {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "KIND\tID\tADDRESS\tSTATE\tSHARERS\tLISTENER ON\tCARRIED BY\tNETDEV\tMANAGED\tLAST ACTION\tRETRY\tREASON")
@@ -156,25 +231,91 @@ func WriteTable(out io.Writer, r StatusReport) error {
 			sharers = strconv.Itoa(l.Sharers)
 		}
 		on := "-"
-		if l.State == "listening" || l.State == "stranded" {
-			on = dash(l.Device)
+		if l.State == StateListening || l.State == StateStranded {
+			on = dash(quoteName(l.Device))
 		}
 		carried := "-"
 		if l.RDMADevice != "" {
-			carried = l.RDMADevice + "/" + strconv.Itoa(int(l.RDMAPort))
+			carried = quoteName(l.RDMADevice) + "/" + strconv.Itoa(int(l.RDMAPort))
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Kind, l.ID, dash(addr), dash(l.State), sharers, on, carried,
-			dash(l.Netdev), yesNo(l.Managed), last, retry, l.Reason)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", quoteName(l.Kind), quoteName(l.ID), dash(escape(addr)),
+			dash(escape(l.State)), sharers, on, carried, dash(quoteName(l.Netdev)), yesNo(l.Managed), escape(last), retry, escape(l.Reason))
 	}
-	fmt.Fprintf(w, "\n(source: %s)\n", r.Source)
+	fmt.Fprintf(w, "\n(source: %s)\n", escape(r.Source))
 	if err := w.Flush(); err != nil {
 		return err
 	}
+	var trailer strings.Builder
 	if r.ListenersError != "" {
-		_, err := fmt.Fprintf(out, "\nlistening is unknown: %s\n", r.ListenersError)
-		return err
+		fmt.Fprintf(&trailer, "\nlistening is unknown: %s\n", escape(r.ListenersError))
 	}
-	return nil
+	for _, n := range unseen(r) {
+		fmt.Fprintf(&trailer, "\nnot seen: %s\n", escape(n))
+	}
+	_, err := io.WriteString(out, trailer.String())
+	return err
+}
+
+// unseen lists what the report could not see, beyond the listeners'
+// state, for the table's trailer.
+func unseen(r StatusReport) []string {
+	var ns []string
+	if c := r.Configfs; c != nil {
+		switch {
+		case c.Error != "":
+			ns = append(ns, "configfs: "+c.Error)
+		case !c.Nvmet && !c.LIO:
+			ns = append(ns, "neither nvmet nor LIO iSCSI is loaded (no "+c.Root+"/nvmet, no "+c.Root+"/target/iscsi)")
+		}
+	}
+	if r.AddressesError != "" {
+		ns = append(ns, "netdev addresses: "+r.AddressesError)
+	}
+	for _, u := range r.Unreadable {
+		ns = append(ns, "unreadable: "+u)
+	}
+	return ns
+}
+
+// escape renders control characters, other unprintable runes and invalid
+// UTF-8 as strconv.Quote does (\n, \t, \x00, \u202e), leaving the rest as
+// it is: free text on one line.
+func escape(s string) string {
+	if !needsEscape(s) {
+		return s
+	}
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], string(utf8.RuneError)):
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r != ' ' && !strconv.IsPrint(r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func needsEscape(s string) bool {
+	for _, r := range s {
+		if r != ' ' && !strconv.IsPrint(r) || r == utf8.RuneError {
+			return true
+		}
+	}
+	return false
+}
+
+// quoteName renders a name read from the system: as it is, or quoted as
+// Go quotes strings when it holds anything escape would change (so that
+// "a\nb" is never confused with a name spelled a\nb).
+func quoteName(s string) string {
+	if !needsEscape(s) {
+		return s
+	}
+	return strconv.Quote(s)
 }
 
 func dash(s string) string {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -37,133 +36,6 @@ func dead(l *status.ListenerStatus) {
 
 func unknown(l *status.ListenerStatus) {
 	l.Listening, l.State, l.Reason = nil, "unknown", "no RDMA netlink"
-}
-
-func TestCheck(t *testing.T) {
-	tests := []struct {
-		name      string
-		listeners []status.ListenerStatus
-		want      status.Health
-		wantWhy   []string
-	}{
-		{name: "no listeners", want: status.Healthy},
-		{
-			name:      "every managed expected listener listens",
-			listeners: []status.ListenerStatus{listener("1", nil), listener("2", nil)},
-			want:      status.Healthy,
-		},
-		{
-			name:      "one dead",
-			listeners: []status.ListenerStatus{listener("1", nil), listener("2", dead)},
-			want:      status.Dead,
-			wantWhy:   []string{"nvmet 2 (192.0.2.1:4420): dead: no listener"},
-		},
-		{
-			name: "stranded says stranded",
-			listeners: []status.ListenerStatus{listener("7", func(l *status.ListenerStatus) {
-				l.Listening, l.State, l.Reason = boolp(false), "stranded", "LISTEN on mlx5_0, address on mlx5_1"
-			})},
-			want:    status.Dead,
-			wantWhy: []string{"nvmet 7 (192.0.2.1:4420): stranded: LISTEN on mlx5_0, address on mlx5_1"},
-		},
-		{
-			name: "the verdict is the state's: a state this version does not know is unknown, whatever listening says",
-			listeners: []status.ListenerStatus{listener("3", func(l *status.ListenerStatus) {
-				l.Listening, l.State, l.Reason = boolp(false), "half-open", "gone"
-			})},
-			want:    status.Unknown,
-			wantWhy: []string{"nvmet 3: listening unknown"},
-		},
-		{
-			name: "lio portal",
-			listeners: []status.ListenerStatus{listener("iqn.2003-01.org.linux-iscsi.h:t/tpgt_1/198.51.100.7:3260", func(l *status.ListenerStatus) {
-				dead(l)
-				l.Kind, l.Address, l.Service = "lio", "198.51.100.7", "3260"
-			})},
-			want:    status.Dead,
-			wantWhy: []string{"lio iqn.2003-01.org.linux-iscsi.h:t/tpgt_1/198.51.100.7:3260 (198.51.100.7:3260): dead: no listener"},
-		},
-		{
-			name:      "listening nil is unknown",
-			listeners: []status.ListenerStatus{listener("1", nil), listener("2", unknown)},
-			want:      status.Unknown,
-			wantWhy:   []string{"nvmet 2: listening unknown"},
-		},
-		{
-			name:      "dead then unknown: dead wins",
-			listeners: []status.ListenerStatus{listener("1", dead), listener("2", unknown)},
-			want:      status.Dead,
-			wantWhy:   []string{"nvmet 1 (192.0.2.1:4420): dead: no listener", "nvmet 2: listening unknown"},
-		},
-		{
-			name:      "unknown then dead: dead wins",
-			listeners: []status.ListenerStatus{listener("1", unknown), listener("2", dead)},
-			want:      status.Dead,
-			wantWhy:   []string{"nvmet 1: listening unknown", "nvmet 2 (192.0.2.1:4420): dead: no listener"},
-		},
-		{
-			name: "unmanaged dead and unknown are ignored",
-			listeners: []status.ListenerStatus{
-				listener("1", func(l *status.ListenerStatus) { dead(l); l.Managed = false }),
-				listener("2", func(l *status.ListenerStatus) { unknown(l); l.Managed = false }),
-				listener("3", nil),
-			},
-			want: status.Healthy,
-		},
-		{
-			name: "not expected dead and unknown are ignored",
-			listeners: []status.ListenerStatus{
-				listener("1", func(l *status.ListenerStatus) { dead(l); l.Expected = false; l.State = "" }),
-				listener("2", func(l *status.ListenerStatus) { unknown(l); l.Expected = false; l.State = "" }),
-			},
-			want: status.Healthy,
-		},
-		{
-			name: "ignored entries do not hide a dead one",
-			listeners: []status.ListenerStatus{
-				listener("1", func(l *status.ListenerStatus) { unknown(l); l.Managed = false }),
-				listener("2", dead),
-				listener("3", func(l *status.ListenerStatus) { dead(l); l.Expected = false }),
-			},
-			want:    status.Dead,
-			wantWhy: []string{"nvmet 2 (192.0.2.1:4420): dead: no listener"},
-		},
-		{
-			name: "reasons keep the order of the listeners",
-			listeners: []status.ListenerStatus{
-				listener("c", dead), listener("a", unknown), listener("ok", nil), listener("b", dead),
-			},
-			want: status.Dead,
-			wantWhy: []string{
-				"nvmet c (192.0.2.1:4420): dead: no listener",
-				"nvmet a: listening unknown",
-				"nvmet b (192.0.2.1:4420): dead: no listener",
-			},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, why := status.Check(status.StatusReport{Listeners: tt.listeners, Source: "test"})
-			if got != tt.want {
-				t.Errorf("Check() health = %d, want %d (reasons %q)", got, tt.want, why)
-			}
-			if diff := cmp.Diff(tt.wantWhy, why); diff != "" {
-				t.Errorf("Check() reasons mismatch (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
-// The health values are exit codes of `check`.
-func TestCheckExitCodes(t *testing.T) {
-	want := map[status.Health]int{status.Healthy: 0, status.Dead: 1, status.Unknown: 2}
-	got := map[status.Health]int{}
-	for h := range want {
-		got[h] = int(h)
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("exit codes mismatch (-want +got):\n%s", diff)
-	}
 }
 
 func tableReport() status.StatusReport {
@@ -418,19 +290,26 @@ func fullReport() status.StatusReport {
 			Listening: boolp(false), Device: "mlx5_0", Netdev: "eth0", Endpoint: "nvmet 192.0.2.1:4420",
 			Sharers: 2, State: "dead", RDMADevice: "mlx5_0", RDMAPort: 1, Expected: true, DeadSince: &dead,
 			LastAction: "rebind", LastResult: "EADDRINUSE", LastAt: &last, LatencyMS: &lat, RetryAt: &retry,
+			Heal: "rebind", GaveUp: true,
 		}},
+		SchemaVersion:  status.SchemaVersion,
 		ListenersError: "no netlink",
-		JournalErrors:  []string{"journal: short write"},
-		Source:         "daemon",
-		At:             at,
+		AddressesError: "rtnetlink: EPERM",
+		Configfs: &status.ConfigfsStatus{Root: "/sys/kernel/config", Error: "gone", Mounted: true, Nvmet: true, LIO: true,
+			NvmetWanted: true, LIOWanted: true},
+		Unreadable:    []string{"nvmet port 3: addr_traddr: EIO"},
+		JournalErrors: []string{"journal: short write"},
+		Source:        "daemon",
+		At:            at,
 	}
 }
 
 var (
-	reportKeys        = []string{"at", "journal_errors", "listeners", "listeners_error", "source"}
-	reportKeysMinimal = []string{"at", "listeners", "source"}
+	reportKeys = []string{"addresses_error", "at", "configfs", "journal_errors", "listeners", "listeners_error",
+		"schema_version", "source", "unreadable"}
+	reportKeysMinimal = []string{"at", "listeners", "schema_version", "source"}
 	listenerKeys      = []string{
-		"address", "dead_since", "device", "endpoint", "expected", "id", "kind", "last_action",
+		"address", "dead_since", "device", "endpoint", "expected", "gave_up", "heal", "id", "kind", "last_action",
 		"last_action_at", "last_latency_ms", "last_result", "listening", "managed", "netdev",
 		"rdma_device", "rdma_port", "reason", "retry_at", "service", "sharers", "state",
 	}
@@ -528,7 +407,7 @@ func TestJSONValues(t *testing.T) {
 				"endpoint": `"nvmet 192.0.2.1:4420"`, "sharers": `2`, "state": `"dead"`, "rdma_device": `"mlx5_0"`,
 				"rdma_port": `1`, "expected": `true`, "dead_since": `"2025-03-04T05:05:07Z"`,
 				"last_action": `"rebind"`, "last_result": `"EADDRINUSE"`, "last_action_at": `"2025-03-04T05:06:06Z"`,
-				"last_latency_ms": `12.5`, "retry_at": `"2025-03-04T05:06:08Z"`,
+				"last_latency_ms": `12.5`, "retry_at": `"2025-03-04T05:06:08Z"`, "heal": `"rebind"`, "gave_up": `true`,
 			},
 		},
 		{
@@ -540,7 +419,7 @@ func TestJSONValues(t *testing.T) {
 				"endpoint": `"nvmet 192.0.2.1:4420"`, "sharers": `2`, "state": `"dead"`, "rdma_device": `"mlx5_0"`,
 				"rdma_port": `1`, "expected": `true`, "dead_since": `"2025-03-04T05:05:07Z"`,
 				"last_action": `"rebind"`, "last_result": `"EADDRINUSE"`, "last_action_at": `"2025-03-04T05:06:06Z"`,
-				"last_latency_ms": `12.5`, "retry_at": `"2025-03-04T05:06:08Z"`,
+				"last_latency_ms": `12.5`, "retry_at": `"2025-03-04T05:06:08Z"`, "heal": `"rebind"`, "gave_up": `true`,
 			},
 		},
 	}
@@ -564,8 +443,10 @@ func TestJSONValues(t *testing.T) {
 				}
 			}
 			wantTop := map[string]string{
-				"listeners_error": `"no netlink"`, "journal_errors": `["journal: short write"]`,
-				"source": `"daemon"`, "at": `"2025-03-04T05:06:07Z"`,
+				"schema_version": `2`, "listeners_error": `"no netlink"`, "journal_errors": `["journal: short write"]`,
+				"source": `"daemon"`, "at": `"2025-03-04T05:06:07Z"`, "addresses_error": `"rtnetlink: EPERM"`,
+				"configfs":   `{"root":"/sys/kernel/config","error":"gone","mounted":true,"nvmet":true,"lio":true,"nvmet_wanted":true,"lio_wanted":true}`,
+				"unreadable": `["nvmet port 3: addr_traddr: EIO"]`,
 			}
 			if diff := cmp.Diff(wantTop, gotTop); diff != "" {
 				t.Errorf("report values mismatch (-want +got):\n%s", diff)
@@ -597,10 +478,9 @@ func TestJSONRoundTrip(t *testing.T) {
 				t.Errorf("round trip mismatch (-want +got):\n%s", diff)
 			}
 			// The verdict of a decoded report is that of the original.
-			wantH, wantWhy := status.Check(tt.r)
-			gotH, gotWhy := status.Check(got)
-			if gotH != wantH || !slices.Equal(gotWhy, wantWhy) {
-				t.Errorf("Check(decoded) = %d %q, want %d %q", gotH, gotWhy, wantH, wantWhy)
+			want, gotV := status.Check(tt.r), status.Check(got)
+			if diff := cmp.Diff(want, gotV, cmp.AllowUnexported(status.Verdict{})); diff != "" {
+				t.Errorf("Check(decoded) mismatch (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -29,7 +29,7 @@ echo "$line" | grep -qi 'listening=false' || fail "status does not say listening
 echo "$line" | grep -qiE 'reason="[^"]*(gave up|give up|given up|giving up)' || fail "status reason does not say it gave up: $line"
 check_rc
 rc=$?
-[ $rc = 1 ] || fail "check exits $rc while the port is dead (want 1)"
+[ $rc = 2 ] || fail "check exits $rc while the port is dead and given up (want 2, CRITICAL)"
 t0=$(now)
 must rb reload
 ms=$(wait_listen nvmet_rdma $A 4420 20 "$t0") || fail "not healed 20 s after reload"

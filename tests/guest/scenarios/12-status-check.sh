@@ -1,6 +1,7 @@
 # status-check: `status --json` and `check` follow the kernel's truth:
 # before the outage (listening=true, check 0), during it (listening=false,
-# check 1) and after the heal (listening=true, check 0). Asked of the running
+# check 2: CRITICAL, no device to heal onto) and after the heal
+# (listening=true, check 0). Asked of the running
 # daemon, and once directly (no daemon) at the end.
 NQN=nqn.2024-01.io.e2e:status
 IQN=iqn.2024-01.io.e2e:status
@@ -30,7 +31,7 @@ expect before true 0
 must rdma_del rxe0
 wait_gone nvmet_rdma $A 4420 5 || fail "listener survived rdma link delete"
 wait_gone ib_isert $A 3260 5 || fail "iSER listener survived rdma link delete"
-expect during false 1
+expect during false 2
 must rxe_add rxe0 veth0
 wait_listen nvmet_rdma $A 4420 20 >/dev/null || fail "port 1 not healed"
 wait_listen ib_isert $A 3260 20 >/dev/null || fail "portal not healed"
@@ -38,4 +39,4 @@ expect after true 0
 discover $A 4420 $NQN || fail "discover fails after the heal"
 daemon_stop
 expect direct true 0
-pass "status/check agree with the cm_id table before (0), during (1) and after (0)"
+pass "status/check agree with the cm_id table before (0), during (2) and after (0)"

@@ -9,7 +9,7 @@
 # every sharer to 0, then every sharer to 1, re-listens :3260.
 # Part 2, daemon: reset → :3260 and :3261 LISTEN within 20 s, every sharer
 # reads iser=1, `status --json` names the endpoint with sharers=2 (state dead
-# and no RDMA device during the outage), `check` 1 during, 0 after.
+# and no RDMA device during the outage), `check` 2 (CRITICAL) during, 0 after.
 # Part 3: a third target on :3260 (sharers=3). Part 4: IPv6: the three
 # targets also share [2001:db8::1]:3260 (np dir "[2001:db8::1]:3260").
 QA=iqn.2024-01.io.e2e:shared-a
@@ -77,7 +77,7 @@ reset() {
 	status_expect "$1, during the outage" lio "$LA" state=dead rdma_device= rdma_port=0 sharers=$2
 	check_rc
 	rc=$?
-	[ $rc = 1 ] || fail "$1: check exits $rc during the outage, want 1 (a managed listener is dead)"
+	[ $rc = 2 ] || fail "$1: check exits $rc during the outage, want 2 (CRITICAL: a managed listener is dead)"
 	all_iser 1 $A 3260 $SH >/dev/null || fail "$1: iser changed during the outage: $(isers $A 3260 $SH)"
 	t0=$(now)
 	must rxe_add rxe0 veth0

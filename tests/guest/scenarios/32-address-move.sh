@@ -12,7 +12,7 @@
 # than the poll), within 12 s both LISTEN on the device that carries the
 # address and on no other, discover works, check exits 0 (metric
 # move_heal_ms). With pin_device=true: reported stranded (reason "stranded…",
-# check 1) and left alone — LISTEN stays on rxe0, the port is never
+# check 2: CRITICAL, past the kernel's repair grace) and left alone — LISTEN stays on rxe0, the port is never
 # re-enabled — until the address comes back to veth0 (check 0).
 NQN=nqn.2024-01.io.e2e:move
 IQN=iqn.2024-01.io.e2e:move
@@ -116,7 +116,7 @@ only_on rxe0 || fail "pinned: the listeners were moved off rxe0 although pin_dev
 [ "$(cmid_line ib_isert $A 3260)" = "$c0" ] || fail "pinned: the iSER listener was re-created although pin_device = true"
 check_rc
 rc=$?
-[ $rc = 1 ] || fail "pinned: check exits $rc while the listeners are stranded (want 1)"
+[ $rc = 2 ] || fail "pinned: check exits $rc while the listeners are stranded past the grace (want 2, CRITICAL)"
 must move_addr $A/24 veth2 veth0
 wait_carrier $A rxe0/1 5 || fail "pinned: the GID of $A did not come back to rxe0/1"
 i=0
@@ -130,4 +130,4 @@ discover $A 4420 $NQN || fail "pinned: discover fails once the address is back"
 [ "$(port_enables 1)" = "$e0" ] || fail "pinned: port 1 was re-enabled"
 daemon_alive || fail "the daemon died"
 daemon_stop
-pass "stranded on this kernel (LISTEN stays on rxe0, discover fails); re-bound to the carrier in $ms ms; pinned: reported, left alone, check 1"
+pass "stranded on this kernel (LISTEN stays on rxe0, discover fails); re-bound to the carrier in $ms ms; pinned: reported, left alone, check 2"

@@ -1,0 +1,273 @@
+package configfs_test
+
+// Writes never follow a symlink (the real kernel's OSOps on a temporary
+// tree shaped like configfs): a symlink on the way to a link or an
+// attribute, or as the attribute, is refused and nothing outside the root
+// changes. Each case runs with openat2 and with the walk of kernels
+// without it.
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/nvmet-rebind/nvmet-rebind/configfs"
+)
+
+const notFollowed = ": a symlink where configfs has a directory; not followed: "
+
+type resolver struct {
+	name string
+	ops  func(root string) configfs.Ops
+}
+
+var resolvers = []resolver{
+	{"openat2", func(root string) configfs.Ops { return configfs.OSOps{Root: root} }},
+	{"walk", func(root string) configfs.Ops { return configfs.OSOpsWalk(root) }},
+}
+
+// osTree makes nvmet/ports/<id>/{addr_*,subsystems/} for each id,
+// nvmet/subsystems/<nqn>/ for each nqn, under a new root.
+func osTree(t *testing.T, ids, nqns []string) string {
+	t.Helper()
+	root := t.TempDir()
+	for _, id := range ids {
+		d := filepath.Join(root, "nvmet/ports", id)
+		for n, v := range map[string]string{"addr_trtype": "rdma\n", "addr_adrfam": "ipv4\n", "addr_traddr": "192.0.2.1\n", "addr_trsvcid": "4420\n"} {
+			put(t, filepath.Join(d, n), v)
+		}
+		mustMkdir(t, filepath.Join(d, "subsystems"))
+	}
+	for _, n := range nqns {
+		mustMkdir(t, filepath.Join(root, "nvmet/subsystems", n))
+	}
+	return root
+}
+
+func mustMkdir(t *testing.T, d string) {
+	t.Helper()
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func wantRefused(t *testing.T, err error, parts ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("write accepted; want an error with %q", parts)
+	}
+	for _, p := range parts {
+		if !strings.Contains(err.Error(), p) {
+			t.Errorf("error %q does not say %q", err, p)
+		}
+	}
+}
+
+func TestWritesThroughOSOps(t *testing.T) {
+	for _, r := range resolvers {
+		t.Run(r.name, func(t *testing.T) {
+			root := osTree(t, []string{"1"}, []string{"nqn.a"})
+			f := configfs.NewWithOps(root, r.ops(root))
+			l := configfs.Link{Name: "nqn.a", NQN: "nqn.a"}
+			if err := f.Relink("1", l); err != nil {
+				t.Fatal(err)
+			}
+			if p, err := f.Port("1"); err != nil || len(p.Links) != 1 || p.Links[0] != l || p.Err != nil {
+				t.Fatalf("after relink: %+v %v", p, err)
+			}
+			if err := f.Relink("1", l); !errors.Is(err, fs.ErrExist) {
+				t.Errorf("relink again: %v, want EEXIST", err)
+			}
+			if err := f.Unlink("1", l); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Unlink("1", l); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("unlink again: %v, want ENOENT", err)
+			}
+			if err := f.Relink("9", l); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("relink on a missing port: %v, want ENOENT", err)
+			}
+			portal := "iqn.2024-01.lab:t/tpgt_1/192.0.2.1:3260"
+			iser := portalDir(t, root, "iqn.2024-01.lab:t", "tpgt_1", "192.0.2.1:3260", "0\n")
+			if err := f.SetISER(portal, true); err != nil {
+				t.Fatal(err)
+			}
+			if b, _ := os.ReadFile(filepath.Join(iser, "iser")); string(b) != "1\n" {
+				t.Errorf("iser reads %q after SetISER", b)
+			}
+		})
+	}
+}
+
+// The tester's case: ports/<id>/subsystems is a symlink to a directory
+// outside the root. Relink and Unlink are refused; outside, nothing changes.
+func TestSymlinkedSubsystemsRefused(t *testing.T) {
+	for _, r := range resolvers {
+		t.Run(r.name, func(t *testing.T) {
+			root := osTree(t, []string{"2"}, []string{"nqn.a", "nqn.b"})
+			out := outsidePort(t)
+			d := filepath.Join(root, "nvmet/ports/1")
+			for n, v := range map[string]string{"addr_trtype": "rdma\n", "addr_adrfam": "ipv4\n", "addr_traddr": "192.0.2.1\n", "addr_trsvcid": "4421\n"} {
+				put(t, filepath.Join(d, n), v)
+			}
+			symlink(t, filepath.Join(out, "subsystems"), filepath.Join(d, "subsystems"))
+			// A link that reads as valid: it points into this root.
+			victim := filepath.Join(out, "subsystems", "nqn.a")
+			symlink(t, filepath.Join(root, "nvmet/subsystems/nqn.a"), victim)
+
+			f := configfs.NewWithOps(root, r.ops(root))
+			sub := filepath.Join(d, "subsystems")
+			err := f.Unlink("1", configfs.Link{Name: "nqn.a", NQN: "nqn.a"})
+			wantRefused(t, err, "configfs: "+sub+notFollowed, "remove it")
+			if !errors.Is(err, syscall.ELOOP) || errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("unlink error %v: want ELOOP, not ENOENT (the engine takes ENOENT for done)", err)
+			}
+			if _, err := os.Lstat(victim); err != nil {
+				t.Errorf("the link outside the root was removed: %v", err)
+			}
+			err = f.Relink("1", configfs.Link{Name: "nqn.b", NQN: "nqn.b"})
+			wantRefused(t, err, "configfs: "+sub+notFollowed)
+			if _, err := os.Lstat(filepath.Join(out, "subsystems", "nqn.b")); !os.IsNotExist(err) {
+				t.Errorf("a link was made outside the root: %v", err)
+			}
+			// The port next to it is written as usual.
+			if err := f.Relink("2", configfs.Link{Name: "nqn.b", NQN: "nqn.b"}); err != nil {
+				t.Errorf("healthy port 2: %v", err)
+			}
+		})
+	}
+}
+
+// Symlinks higher up: ports/ itself, nvmet/ itself.
+func TestSymlinkedParentsRefused(t *testing.T) {
+	for _, r := range resolvers {
+		for _, up := range []string{"nvmet/ports/1", "nvmet/ports", "nvmet"} {
+			t.Run(r.name+" "+up, func(t *testing.T) {
+				root := osTree(t, nil, nil)
+				other := osTree(t, []string{"1"}, []string{"nqn.a"})
+				victim := filepath.Join(other, "nvmet/ports/1/subsystems/nqn.a")
+				symlink(t, filepath.Join(other, "nvmet/subsystems/nqn.a"), victim)
+				if err := os.RemoveAll(filepath.Join(root, up)); err != nil {
+					t.Fatal(err)
+				}
+				symlink(t, filepath.Join(other, up), filepath.Join(root, up))
+				f := configfs.NewWithOps(root, r.ops(root))
+				wantRefused(t, f.Unlink("1", configfs.Link{Name: "nqn.a", NQN: "nqn.a"}), "configfs: "+filepath.Join(root, up)+notFollowed)
+				if _, err := os.Lstat(victim); err != nil {
+					t.Errorf("the link outside the root was removed: %v", err)
+				}
+			})
+		}
+	}
+}
+
+// A Remove removes a symlink only, never a directory or a file.
+func TestRemoveOnlyLinks(t *testing.T) {
+	for _, r := range resolvers {
+		t.Run(r.name, func(t *testing.T) {
+			root := osTree(t, []string{"1"}, nil)
+			sub := filepath.Join(root, "nvmet/ports/1/subsystems")
+			mustMkdir(t, filepath.Join(sub, "dir"))
+			put(t, filepath.Join(sub, "file"), "x")
+			f := configfs.NewWithOps(root, r.ops(root))
+			for _, n := range []string{"dir", "file"} {
+				wantRefused(t, f.Unlink("1", configfs.Link{Name: n, NQN: n}), filepath.Join(sub, n)+": ", "not a symlink; not removed")
+				if _, err := os.Lstat(filepath.Join(sub, n)); err != nil {
+					t.Errorf("%s removed: %v", n, err)
+				}
+			}
+		})
+	}
+}
+
+// An iser attribute that is a symlink (to a file outside), an np or tpgt
+// directory that is one: SetISER is refused and the file outside keeps its
+// content.
+func TestSymlinkedAttributeRefused(t *testing.T) {
+	const iqn, np = "iqn.2024-01.lab:t", "192.0.2.1:3260"
+	portal := iqn + "/tpgt_1/" + np
+	for _, r := range resolvers {
+		for _, tc := range []struct {
+			name string
+			make func(t *testing.T, root, out string) (link string)
+			has  string
+		}{
+			{"attribute", func(t *testing.T, root, out string) string {
+				put(t, filepath.Join(out, "iser"), "0\n")
+				l := filepath.Join(root, "target/iscsi", iqn, "tpgt_1/np", np, "iser")
+				symlink(t, filepath.Join(out, "iser"), l)
+				return l
+			}, "an attribute"},
+			{"np dir", func(t *testing.T, root, out string) string {
+				put(t, filepath.Join(out, "iser"), "0\n")
+				l := filepath.Join(root, "target/iscsi", iqn, "tpgt_1/np", np)
+				symlink(t, out, l)
+				return l
+			}, "a directory"},
+			{"tpgt dir", func(t *testing.T, root, out string) string {
+				put(t, filepath.Join(out, "np", np, "iser"), "0\n")
+				l := filepath.Join(root, "target/iscsi", iqn, "tpgt_1")
+				symlink(t, out, l)
+				return l
+			}, "a directory"},
+			{"dangling attribute", func(t *testing.T, root, out string) string {
+				l := filepath.Join(root, "target/iscsi", iqn, "tpgt_1/np", np, "iser")
+				symlink(t, filepath.Join(out, "iser"), l)
+				return l
+			}, "an attribute"},
+		} {
+			t.Run(r.name+" "+tc.name, func(t *testing.T) {
+				root := osTree(t, nil, nil)
+				out := t.TempDir()
+				link := tc.make(t, root, out)
+				before := snapshotDir(t, out)
+				f := configfs.NewWithOps(root, r.ops(root))
+				err := f.SetISER(portal, true)
+				wantRefused(t, err, "configfs: "+link+": a symlink where configfs has "+tc.has+"; not followed: ")
+				if after := snapshotDir(t, out); after != before {
+					t.Errorf("outside the root changed:\n%s\nwas\n%s", after, before)
+				}
+			})
+		}
+	}
+}
+
+// snapshotDir lists every file under dir with its content.
+func snapshotDir(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		b.WriteString(p)
+		if d.Type().IsRegular() {
+			c, _ := os.ReadFile(p)
+			b.WriteString(" " + string(c))
+		}
+		b.WriteString("\n")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// A write outside the root, or by an OSOps without one, is refused.
+func TestWritesOutsideRootRefused(t *testing.T) {
+	root := t.TempDir()
+	out := filepath.Join(t.TempDir(), "f")
+	put(t, out, "keep")
+	wantRefused(t, configfs.OSOps{Root: root}.WriteAttr(out, "x"), "outside the configfs root")
+	wantRefused(t, configfs.OSOps{Root: root}.WriteAttr(root, "x"), "outside the configfs root")
+	wantRefused(t, configfs.OSOps{}.WriteAttr(out, "x"), "OSOps has no Root")
+	wantRefused(t, configfs.OSOps{Root: root}.Remove(filepath.Join(root, "../x")), "outside the configfs root")
+	if b, _ := os.ReadFile(out); string(b) != "keep" {
+		t.Errorf("written outside the root: %q", b)
+	}
+}

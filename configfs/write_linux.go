@@ -1,0 +1,218 @@
+package configfs
+
+// The write path of OSOps on Linux: every write is resolved beneath Root
+// without following a symlink, with openat2(RESOLVE_BENEATH |
+// RESOLVE_NO_SYMLINKS) from an fd of the root; then symlinkat, unlinkat
+// or openat act on the last component relative to its directory's fd.
+// Where openat2 is missing (ENOSYS: before Linux 5.6) or refused by a
+// seccomp filter (EPERM), the same walk is made one component at a time
+// (openat O_PATH|O_NOFOLLOW, then fstat: a symlink is refused); it is also
+// how a symlink found by openat2 (ELOOP) is named in the error.
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// openDir opens rel, a directory beneath root, with O_PATH.
+func (o OSOps) openDir(root, rel string) (int, error) {
+	rfd, err := eintr(func() (int, error) {
+		return unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	})
+	if err != nil {
+		return -1, &fs.PathError{Op: "open", Path: root, Err: err}
+	}
+	if !o.walk {
+		how := &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS,
+		}
+		fd, err := eintr(func() (int, error) { return unix.Openat2(rfd, rel, how) })
+		switch err {
+		case nil:
+			unix.Close(rfd)
+			return fd, nil
+		case unix.ENOSYS, unix.EPERM, unix.ELOOP, unix.EXDEV, unix.ENOTDIR:
+			// No openat2, or a symlink (or no directory) on the way:
+			// the walk works without it and names what it finds.
+		default:
+			unix.Close(rfd)
+			return -1, &fs.PathError{Op: "open", Path: filepath.Join(root, rel), Err: err}
+		}
+	}
+	return walk(rfd, root, rel)
+}
+
+// walk opens rel beneath the directory fd (root), one component at a time,
+// refusing a symlink; it closes fd.
+func walk(fd int, root, rel string) (int, error) {
+	cur := root
+	for _, c := range strings.Split(rel, "/") {
+		if c == "." || c == "" {
+			continue
+		}
+		cur = filepath.Join(cur, c)
+		if c == ".." {
+			unix.Close(fd)
+			return -1, fmt.Errorf("configfs: %s: outside the configfs root %s; not written", cur, root)
+		}
+		next, err := eintr(func() (int, error) {
+			return unix.Openat(fd, c, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		})
+		unix.Close(fd)
+		if err != nil {
+			return -1, &fs.PathError{Op: "open", Path: cur, Err: err}
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(next, &st); err != nil {
+			unix.Close(next)
+			return -1, &fs.PathError{Op: "stat", Path: cur, Err: err}
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+		case unix.S_IFLNK:
+			unix.Close(next)
+			return -1, &symlinkError{path: cur, has: "a directory", root: root}
+		default:
+			unix.Close(next)
+			return -1, &fs.PathError{Op: "open", Path: cur, Err: unix.ENOTDIR}
+		}
+		fd = next
+	}
+	return fd, nil
+}
+
+// parent opens the directory of path (beneath Root, no symlink followed)
+// and returns it with path's last component.
+func (o OSOps) parent(path string) (dirfd int, name, root string, err error) {
+	root, rel, err := o.beneath(path)
+	if err != nil {
+		return -1, "", "", err
+	}
+	fd, err := o.openDir(root, filepath.Dir(rel))
+	if err != nil {
+		return -1, "", "", err
+	}
+	return fd, filepath.Base(rel), root, nil
+}
+
+func (o OSOps) symlink(target, link string) error {
+	dfd, name, _, err := o.parent(link)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	if _, err := eintr(func() (int, error) { return 0, unix.Symlinkat(target, dfd, name) }); err != nil {
+		return &os.LinkError{Op: "symlink", Old: target, New: link, Err: err}
+	}
+	return nil
+}
+
+func (o OSOps) remove(path string) error {
+	dfd, name, _, err := o.parent(path)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	var st unix.Stat_t
+	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &fs.PathError{Op: "remove", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFLNK {
+		return notLinkError(path, kind(st.Mode))
+	}
+	// unlinkat without AT_REMOVEDIR never removes a directory nor
+	// follows a symlink.
+	if _, err := eintr(func() (int, error) { return 0, unix.Unlinkat(dfd, name, 0) }); err != nil {
+		return &fs.PathError{Op: "remove", Path: path, Err: err}
+	}
+	return nil
+}
+
+func (o OSOps) writeAttr(path, value string) error {
+	dfd, name, root, err := o.parent(path)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	// Checked before the open (opening a device or a FIFO is not
+	// harmless), and again on the fd (what was opened is what is written).
+	var st unix.Stat_t
+	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	if err := isAttr(path, root, st.Mode); err != nil {
+		return err
+	}
+	fd, err := eintr(func() (int, error) {
+		return unix.Openat(dfd, name, unix.O_WRONLY|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	})
+	if err == unix.ELOOP {
+		return &symlinkError{path: path, has: "an attribute", root: root}
+	}
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if err := isAttr(path, root, st.Mode); err != nil {
+		unix.Close(fd)
+		return err
+	}
+	b := []byte(value + "\n")
+	n, err := eintr(func() (int, error) { return unix.Write(fd, b) })
+	if err == nil && n != len(b) {
+		err = fmt.Errorf("short write: %d of %d bytes", n, len(b))
+	}
+	if err != nil {
+		unix.Close(fd)
+		return &fs.PathError{Op: "write", Path: path, Err: err}
+	}
+	if err := unix.Close(fd); err != nil {
+		return &fs.PathError{Op: "close", Path: path, Err: err}
+	}
+	return nil
+}
+
+// isAttr refuses anything but a regular file as an attribute.
+func isAttr(path, root string, mode uint32) error {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return nil
+	case unix.S_IFLNK:
+		return &symlinkError{path: path, has: "an attribute", root: root}
+	default:
+		return notAttrError(path, kind(mode))
+	}
+}
+
+// kind names a file type for errors.
+func kind(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return "a directory"
+	case unix.S_IFREG:
+		return "a regular file"
+	case unix.S_IFLNK:
+		return "a symlink"
+	default:
+		return fmt.Sprintf("a special file (type %#o)", mode&unix.S_IFMT)
+	}
+}
+
+// eintr retries f while it is interrupted, as package os does.
+func eintr(f func() (int, error)) (int, error) {
+	for {
+		n, err := f()
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
+}
