@@ -58,30 +58,47 @@ func (f *FS) iscsi(elem ...string) string {
 	return filepath.Join(append([]string{f.root, "target", "iscsi"}, elem...)...)
 }
 
-// names lists a directory through Ops, dropping invalid names. A missing
-// directory is an empty list when optional.
-func (f *FS) names(dir string, optional bool) ([]string, error) {
+// names lists a directory through Ops: the names it can represent, and
+// the errors of those it cannot (checkName), which the caller reports as
+// objects it shows and never touches. A missing directory is an empty
+// list when optional.
+func (f *FS) names(dir string, optional bool) ([]string, []badName, error) {
 	names, err := f.ops.ReadDirNames(dir)
 	if err != nil {
 		if optional && errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
+			return nil, nil, nil
 		}
-		return nil, err
+		return nil, nil, err
 	}
 	out := names[:0]
+	var bad []badName
 	for _, n := range names {
-		if checkName(n) == nil {
-			out = append(out, n)
+		if err := checkName(n); err != nil {
+			bad = append(bad, badName{n, err})
+			continue
 		}
+		out = append(out, n)
 	}
-	return out, nil
+	return out, bad, nil
+}
+
+// badName is a directory entry whose name the engine cannot represent.
+type badName struct {
+	name string
+	err  error
+}
+
+// invalid is how such an entry is reported: as an object shown (status,
+// check) and never read further nor written.
+func (b badName) invalid() error {
+	return fmt.Errorf("%w: remove it and create it again with a name of printable characters", b.err)
 }
 
 // Ports lists every nvmet port with its addr_* attributes (Links empty:
 // read them with Links, only for the ports that need them). A missing
 // nvmet tree (module not loaded) is an empty list.
 func (f *FS) Ports() ([]Port, error) {
-	ids, err := f.names(f.nvmet("ports"), true)
+	ids, bad, err := f.names(f.nvmet("ports"), true)
 	if err != nil {
 		return nil, fmt.Errorf("nvmet ports: %w", err)
 	}
@@ -99,6 +116,9 @@ func (f *FS) Ports() ([]Port, error) {
 			return nil, err
 		}
 		ports = append(ports, p)
+	}
+	for _, b := range bad {
+		ports = append(ports, Port{ID: b.name, Err: fmt.Errorf("nvmet port: %w", b.invalid())})
 	}
 	slices.SortStableFunc(ports, func(a, b Port) int { return ComparePortIDs(a.ID, b.ID) })
 	return ports, nil
@@ -226,7 +246,7 @@ func (f *FS) links(id string) ([]Link, error) {
 // Portals lists every LIO iSCSI network portal. A missing target/iscsi
 // tree (iscsi_target_mod not loaded) is an empty list.
 func (f *FS) Portals() ([]Portal, error) {
-	iqns, err := f.names(f.iscsi(), true)
+	iqns, bad, err := f.names(f.iscsi(), true)
 	if err != nil {
 		return nil, fmt.Errorf("lio iscsi: %w", err)
 	}
@@ -235,23 +255,34 @@ func (f *FS) Portals() ([]Portal, error) {
 	var found []Portal // IQN, TPG, NP
 	var dirs []string
 	var errs []error
+	for _, b := range bad {
+		errs = append(errs, fmt.Errorf("lio target: %w", b.invalid()))
+	}
 	for _, iqn := range iqns {
 		if !strings.Contains(iqn, ".") && !strings.Contains(iqn, ":") {
 			continue // discovery_auth and other non-target groups
 		}
-		tpgs, err := f.names(f.iscsi(iqn), true)
+		tpgs, bad, err := f.names(f.iscsi(iqn), true)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("lio target %s: %w", iqn, err))
 			continue
+		}
+		for _, b := range bad {
+			if strings.HasPrefix(b.name, "tpgt_") {
+				errs = append(errs, fmt.Errorf("lio target %s: %w", iqn, b.invalid()))
+			}
 		}
 		for _, tpg := range tpgs {
 			if !strings.HasPrefix(tpg, "tpgt_") {
 				continue
 			}
-			nps, err := f.names(f.iscsi(iqn, tpg, "np"), true)
+			nps, bad, err := f.names(f.iscsi(iqn, tpg, "np"), true)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("lio target %s/%s: np: %w", iqn, tpg, err))
 				continue
+			}
+			for _, b := range bad {
+				errs = append(errs, fmt.Errorf("lio portal %s/%s: %w", iqn, tpg, b.invalid()))
 			}
 			if len(nps) == 0 || !f.realDirs(f.iscsi(iqn), f.iscsi(iqn, tpg), f.iscsi(iqn, tpg, "np")) {
 				continue
@@ -425,7 +456,7 @@ func (f *FS) SetISER(portalID string, on bool) error {
 
 // Subsystems lists nvmet/subsystems/*.
 func (f *FS) Subsystems() ([]string, error) {
-	n, err := f.names(f.nvmet("subsystems"), true)
+	n, _, err := f.names(f.nvmet("subsystems"), true) // a subsystem is only a link's target: one it cannot name is no port's
 	if err != nil {
 		return nil, fmt.Errorf("nvmet subsystems: %w", err)
 	}

@@ -209,8 +209,8 @@ func TestHostileTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 3 {
-		t.Fatalf("ports: %+v", got)
+	if len(got) != 4 || got[3].ID != "4\nx" || got[3].Err == nil {
+		t.Fatalf("ports (the one named with a newline shown, with Err): %+v", got)
 	}
 	if got[0].Err == nil || !strings.Contains(got[0].Err.Error(), "outside") {
 		t.Errorf("port 1 err = %v", got[0].Err)

@@ -170,6 +170,25 @@ func skippedPort(t *testing.T, ports []configfs.Port) {
 	}
 }
 
+// shownNotRead: each hostile name is listed, with Err naming it, and
+// nothing of it read (no attribute, no link); the bystanders as they are.
+func shownNotRead(names ...string) func(t *testing.T, ports []configfs.Port) {
+	return func(t *testing.T, ports []configfs.Port) {
+		t.Helper()
+		for _, n := range names {
+			p, ok := findPort(ports, n)
+			switch {
+			case !ok:
+				t.Errorf("port %q not listed: a port status cannot show is a port check cannot see", n)
+			case p.Err == nil || !strings.Contains(p.Err.Error(), "create it again"):
+				t.Errorf("port %q: Err = %v, want one saying what to do", n, p.Err)
+			case p.Trtype != "" || p.Traddr != "" || len(p.Links) > 0:
+				t.Errorf("port %q was read: %+v", n, p)
+			}
+		}
+	}
+}
+
 // portalReported: the portal with this np name is listed with Err, or not
 // listed at all.
 func portalReported(np, want string) func(t *testing.T, portals []configfs.Portal) {
@@ -341,7 +360,7 @@ func hostileCases() []hostileCase {
 				}
 				return nil
 			},
-			port: skippedPort,
+			port: shownNotRead("8\n9", "\x1b]0;x\x07", "1\x7f", "\t"),
 		},
 		{
 			name: "port named ... (dots, not ..)",

@@ -2,6 +2,7 @@ package configfs
 
 import (
 	"fmt"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -68,7 +69,7 @@ type OSOps struct {
 // dirent at the head of its parent's list, so readdir returns the newest
 // first; reversing gives creation order.
 func (OSOps) ReadDirNames(dir string) ([]string, error) {
-	f, err := os.Open(dir)
+	f, err := bounded.OpenDir(dir, false) // a FIFO there fails at once; a symlink is not configfs's
 	if err != nil {
 		return nil, err
 	}

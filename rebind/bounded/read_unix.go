@@ -5,6 +5,9 @@ package bounded
 import (
 	"fmt"
 	"io/fs"
+	"os"
+	"slices"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -122,4 +125,27 @@ func Kind(mode uint32) string {
 		return "a symbolic link"
 	}
 	return fmt.Sprintf("file type %#o", mode&unix.S_IFMT)
+}
+
+// OpenDir opens the directory at path for reading its entries: O_DIRECTORY,
+// so a FIFO, device or file there fails at once (ENOTDIR) instead of
+// blocking the open, and with O_NOFOLLOW unless followSymlinks.
+func OpenDir(path string, followSymlinks bool) (*os.File, error) {
+	flags := os.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC
+	if !followSymlinks {
+		flags |= unix.O_NOFOLLOW
+	}
+	return os.OpenFile(path, flags, 0)
+}
+
+// ReadDir is os.ReadDir through OpenDir.
+func ReadDir(path string, followSymlinks bool) ([]os.DirEntry, error) {
+	d, err := OpenDir(path, followSymlinks)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	ents, err := d.ReadDir(-1)
+	slices.SortFunc(ents, func(a, b os.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	return ents, err
 }

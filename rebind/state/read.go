@@ -57,7 +57,7 @@ func (s *Store) Load() (map[rebind.Key]rebind.Intent, []error) {
 // entries, then batches by sequence), its unreadable ones, and the highest
 // batch sequence a file name holds. An empty journal is one ReadDir.
 func (s *Store) scan() (files []jfile, bad []badFile, maxSeq uint64, err error) {
-	ents, err := os.ReadDir(s.journal)
+	ents, err := bounded.ReadDir(s.journal, true)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -113,7 +113,7 @@ func (s *Store) Clean() ([]error, error) {
 	// reported, never read.
 	var moved []error
 	for _, dir := range []string{s.journal, s.dir} {
-		ents, err := os.ReadDir(dir)
+		ents, err := bounded.ReadDir(dir, true)
 		if err != nil {
 			return moved, fmt.Errorf("state dir %s: %w", dir, err)
 		}

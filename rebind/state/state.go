@@ -65,6 +65,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -570,7 +571,7 @@ func syncDir(dir string) error {
 	if err := faultAt("syncdir", dir); err != nil {
 		return err
 	}
-	d, err := os.Open(dir)
+	d, err := bounded.OpenDir(dir, true) // owndir checked it: a symlink there is the admin's
 	if err != nil {
 		return err
 	}
