@@ -2,6 +2,7 @@ package configfs_test
 
 import (
 	"errors"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded/boundedtest"
 	"io/fs"
 	"net"
 	"os"
@@ -34,18 +35,7 @@ func TestReadAttrsNonRegular(t *testing.T) {
 		t.Fatal(err)
 	}
 	fifoW := filepath.Join(dir, "fifo-writer")
-	if err := syscall.Mkfifo(fifoW, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r, err := syscall.Open(fifoW, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := syscall.Open(fifoW, syscall.O_WRONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Close(r); syscall.Close(w) })
+	boundedtest.FIFOWithWriter(t, fifoW)
 	if err := os.Mkdir(filepath.Join(dir, "dir"), 0o755); err != nil {
 		t.Fatal(err)
 	}

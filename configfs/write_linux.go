@@ -11,6 +11,7 @@ package configfs
 
 import (
 	"fmt"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -124,7 +125,7 @@ func (o OSOps) remove(path string) error {
 		return &fs.PathError{Op: "remove", Path: path, Err: err}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFLNK {
-		return notLinkError(path, kind(st.Mode))
+		return notLinkError(path, bounded.Kind(st.Mode))
 	}
 	// unlinkat without AT_REMOVEDIR never removes a directory nor
 	// follows a symlink.
@@ -189,21 +190,7 @@ func isAttr(path, root string, mode uint32) error {
 	case unix.S_IFLNK:
 		return &symlinkError{path: path, has: "an attribute", root: root}
 	default:
-		return notAttrError(path, kind(mode))
-	}
-}
-
-// kind names a file type for errors.
-func kind(mode uint32) string {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		return "a directory"
-	case unix.S_IFREG:
-		return "a regular file"
-	case unix.S_IFLNK:
-		return "a symlink"
-	default:
-		return fmt.Sprintf("a special file (type %#o)", mode&unix.S_IFMT)
+		return notAttrError(path, bounded.Kind(mode))
 	}
 }
 

@@ -63,22 +63,27 @@ func BenchmarkObservePlan(b *testing.B) {
 	}
 }
 
+// modelEngine is an engine on k through the inotify model of configfs, as
+// the daemon runs it.
+func modelEngine(b *testing.B, k *fakeKernel) *rebind.Engine {
+	m, err := watch.New(k.FS(), watch.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close() })
+	j, err := state.Open(stateDir(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return rebind.New(rebind.Options{Tree: m, Kernel: k, Store: j, Config: rebind.DefaultConfig()})
+}
+
 // BenchmarkObservePlanModel: the same through the inotify model of
 // configfs (the daemon's event path: nothing changed in configfs).
 func BenchmarkObservePlanModel(b *testing.B) {
 	for _, n := range []int{256, 1024, 4096} {
 		b.Run(fmt.Sprintf("ports=%d+portals=%d", n, n), func(b *testing.B) {
-			k := bigWorld(b, n)
-			m, err := watch.New(k.FS(), watch.Options{Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer m.Close()
-			j, err := state.Open(stateDir(b))
-			if err != nil {
-				b.Fatal(err)
-			}
-			e := rebind.New(rebind.Options{Tree: m, Kernel: k, Store: j, Config: rebind.DefaultConfig()})
+			e := modelEngine(b, bigWorld(b, n))
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
@@ -97,17 +102,7 @@ func BenchmarkObservePlanModel(b *testing.B) {
 func BenchmarkSteadyRound(b *testing.B) {
 	for _, n := range []int{256, 1024, 4096} {
 		b.Run(fmt.Sprintf("ports=%d+portals=%d", n, n), func(b *testing.B) {
-			k := bigWorld(b, n)
-			m, err := watch.New(k.FS(), watch.Options{Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer m.Close()
-			j, err := state.Open(stateDir(b))
-			if err != nil {
-				b.Fatal(err)
-			}
-			e := rebind.New(rebind.Options{Tree: m, Kernel: k, Store: j, Config: rebind.DefaultConfig()})
+			e := modelEngine(b, bigWorld(b, n))
 			if _, err := e.Reconcile(context.Background()); err != nil {
 				b.Fatal(err)
 			}

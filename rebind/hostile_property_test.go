@@ -330,4 +330,3 @@ func treeDigest(t *testing.T, dir string) string {
 	}
 	return fmt.Sprintf("%x", h.Sum(nil))
 }
-

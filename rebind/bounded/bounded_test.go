@@ -5,6 +5,7 @@ package bounded_test
 import (
 	"bytes"
 	"errors"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded/boundedtest"
 	"io/fs"
 	"net"
 	"os"
@@ -58,18 +59,7 @@ func TestReadFile(t *testing.T) {
 	// A FIFO with a writer that never writes: a blocking read would wait
 	// for it forever, a non-blocking one would get EAGAIN.
 	fifoW := filepath.Join(dir, "fifo-with-writer")
-	if err := syscall.Mkfifo(fifoW, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	rfd, err := syscall.Open(fifoW, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wfd, err := syscall.Open(fifoW, syscall.O_WRONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Close(rfd); syscall.Close(wfd) })
+	boundedtest.FIFOWithWriter(t, fifoW)
 	sock := filepath.Join(dir, "sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {

@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"errors"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded/boundedtest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,23 +20,8 @@ func TestReadSysfsGIDsNonRegular(t *testing.T) {
 	t.Parallel()
 	const port = "class/infiniband/rxe0/ports/1/"
 	const gid = "fe80:0000:0000:0000:0000:0000:0000:0001\n"
-	fifo := func(t *testing.T, path string) {
-		if err := syscall.Mkfifo(path, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	fifoWriter := func(t *testing.T, path string) {
-		fifo(t, path)
-		r, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { syscall.Close(r); syscall.Close(w) })
-	}
+	fifo := func(t *testing.T, path string) { boundedtest.FIFO(t, path) }
+	fifoWriter := func(t *testing.T, path string) { boundedtest.FIFOWithWriter(t, path) }
 	zero := func(t *testing.T, path string) {
 		if err := syscall.Mknod(path, syscall.S_IFCHR|0o644, 1<<8|5); err != nil {
 			t.Skipf("mknod: %v", err)

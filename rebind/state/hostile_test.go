@@ -6,6 +6,7 @@ package state_test
 // on.
 
 import (
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded/boundedtest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -40,20 +41,7 @@ var hostileFiles = []struct {
 			t.Fatal(err)
 		}
 	}},
-	{"FIFO with a silent writer", "not a regular file (a FIFO)", func(t *testing.T, path string) {
-		if err := syscall.Mkfifo(path, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		r, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { syscall.Close(r); syscall.Close(w) })
-	}},
+	{"FIFO with a silent writer", "not a regular file (a FIFO)", func(t *testing.T, path string) { boundedtest.FIFOWithWriter(t, path) }},
 	{"character device", "not a regular file (a character device)", func(t *testing.T, path string) {
 		// /dev/null's numbers (1, 3): needs CAP_MKNOD.
 		if err := syscall.Mknod(path, syscall.S_IFCHR|0o600, 1<<8|3); err != nil {
