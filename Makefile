@@ -52,15 +52,29 @@ bench:
 clean:
 	rm -rf bin tests/artifacts dist
 
-# make install [PREFIX=/usr/local] [DESTDIR=]: binary, unit, udev rule,
-# reference config (kept when present), man page, bash and zsh completion.
+# make install [PREFIX=/usr/local] [DESTDIR=] [SYSTEMD_VERSION=]: binary,
+# unit, udev rule, reference config (kept when present), man page, bash and
+# zsh completion, and the systemd < 253 drop-in
+# (/etc/systemd/system/nvmet-rebind.service.d/systemd-252.conf) unless the
+# TARGET's systemd is known to be 253 or newer. That version is
+# SYSTEMD_VERSION when given; else, without DESTDIR (installing onto this
+# host), `systemctl --version` here; with DESTDIR (a root for another host)
+# the build host is never asked: the version is unknown and the drop-in is
+# installed, since it works on every systemd (only unneeded on 253+). So for
+# a 253+ target: make install DESTDIR=... SYSTEMD_VERSION=257.
+SYSTEMD_VERSION ?=
+
 install: build
 	install -D -m 0755 bin/nvmet-rebind $(DESTDIR)$(PREFIX)/sbin/nvmet-rebind
 	install -d -m 0755 $(DESTDIR)$(PREFIX)/lib/systemd/system
 	sed 's|/usr/local/sbin/|$(PREFIX)/sbin/|g' etc/systemd/nvmet-rebind.service > $(DESTDIR)$(PREFIX)/lib/systemd/system/nvmet-rebind.service
 	chmod 0644 $(DESTDIR)$(PREFIX)/lib/systemd/system/nvmet-rebind.service
-	v=$$(systemctl --version 2>/dev/null | awk 'NR==1{print $$2}'); \
-	if [ -n "$$v" ] && [ "$$v" -lt 253 ]; then \
+	v='$(SYSTEMD_VERSION)'; \
+	if [ -z "$$v" ] && [ -z '$(DESTDIR)' ]; then \
+		v=$$(systemctl --version 2>/dev/null | awk 'NR == 1 && $$2 ~ /^[0-9]+$$/ { print $$2 }'); \
+	fi; \
+	case $$v in *[!0-9]*) echo "make install: SYSTEMD_VERSION=$$v is not a number (systemctl --version's, e.g. 252)" >&2; exit 1;; esac; \
+	if [ -z "$$v" ] || [ "$$v" -lt 253 ]; then \
 		install -d -m 0755 $(DESTDIR)/etc/systemd/system/nvmet-rebind.service.d; \
 		sed 's|/usr/local/sbin/|$(PREFIX)/sbin/|g' etc/systemd/nvmet-rebind.service.d/systemd-252.conf > $(DESTDIR)/etc/systemd/system/nvmet-rebind.service.d/systemd-252.conf; \
 	fi

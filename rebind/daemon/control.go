@@ -57,7 +57,9 @@ func (d *daemon) reload() error {
 	cfg, err := config.Load(d.paths.Config)
 	if err != nil {
 		d.log.Error("reload refused, keeping the old config", "err", err)
-		d.notify("STATUS=reload refused: " + err.Error())
+		msg := err.Error()
+		d.refused.Store(&msg)
+		d.env.Engine.Poke() // the status line says it at once
 		return fmt.Errorf("%w; the daemon keeps its current config", err)
 	}
 	d.env.Engine.SetConfig(cfg)
@@ -68,7 +70,7 @@ func (d *daemon) reload() error {
 		d.env.Model.Rescan()
 	}
 	d.log.Info("config reloaded; give-up windows restarted", "watch", fmt.Sprint(cfg.Watch), "give_up_after", cfg.GiveUpAfter)
-	d.notify("STATUS=reconciling; see nvmet-rebind status")
+	d.refused.Store(nil)
 	d.env.Engine.Poke()
 	return nil
 }

@@ -30,6 +30,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -163,13 +164,14 @@ func setUp(p Paths, log *slog.Logger, o RunOptions) (*daemon, *control.Server, f
 // triggers, so neither ever holds the loop up.
 func (d *daemon) tasks(o RunOptions, srv *control.Server, hup <-chan os.Signal) []task {
 	events := new(udev.Stats)
-	rounds, trims, sights := newTrigger(), newTrigger(), newTrigger()
+	rounds, trims, sights, lines := newTrigger(), newTrigger(), newTrigger(), newTrigger()
 	col := metrics.NewCollector(d.env.Engine, events)
 	tasks := []task{
 		&watcher{name: "uevents", watch: udev.WatchUevents, hint: d.hint, stats: events},
 		&watcher{name: "rtnetlink", watch: udev.WatchRtnetlink, hint: d.hint, stats: events},
-		newReconciler(d.env.Engine, d.notify, rounds, trims, sights),
+		newReconciler(d.env.Engine, d.notify, rounds, trims, sights, lines),
 		&sightLogger{eng: d.env.Engine, log: d.log, rounds: sights},
+		&statusLine{eng: d.env.Engine, notify: d.notify, rounds: lines, refused: &d.refused},
 	}
 	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
 		tasks = append(tasks, &trimmer{rounds: trims})
@@ -198,7 +200,7 @@ func (d *daemon) ready(ctx context.Context, tasks []task) {
 			return
 		}
 	}
-	d.notify("READY=1\nSTATUS=reconciling; see nvmet-rebind status")
+	d.notify("READY=1") // STATUS= is the status line's (statusLine), sent after each round that changes it
 }
 
 // quiet drops the error a task returns because the daemon is stopping.
@@ -216,6 +218,9 @@ type daemon struct {
 	paths Paths
 	log   *slog.Logger
 	env   *Env
+	// refused is the error of the last refused reload, until a reload
+	// succeeds (the status line says the config on disk is not in use).
+	refused atomic.Pointer[string]
 }
 
 // notify sends to systemd's NOTIFY_SOCKET (nothing without one).

@@ -71,7 +71,7 @@ func TestReconcilerReady(t *testing.T) {
 		t.Fatal("ready returned before the first reconcile")
 	}
 	got := map[string]bool{}
-	for !got["READY=1\nSTATUS=reconciling; see nvmet-rebind status"] || !got["WATCHDOG=1"] {
+	for !got["READY=1"] || !got["WATCHDOG=1"] {
 		select {
 		case m := <-msgs:
 			got[m] = true

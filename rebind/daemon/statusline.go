@@ -1,0 +1,90 @@
+package daemon
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/status"
+)
+
+// statusLine keeps systemd's STATUS= (the "Status:" line of `systemctl
+// status`) saying what matters at a glance: `check`'s verdict of the last
+// round — `CRITICAL: 1 of 12 listeners dead: nvmet 1 192.0.2.1:4420` — one
+// owner for both (status.Check). It is sent when it changes, never per
+// round, and rebuilt only when the round published other items or another
+// sight: an idle resync keeps the last round's items and costs nothing.
+type statusLine struct {
+	eng     *rebind.Engine
+	notify  func(string)
+	rounds  <-chan struct{}
+	refused *atomic.Pointer[string] // the last refused reload's error, until a reload succeeds
+
+	sent  string
+	items *rebind.Item // the items last judged (their backing array) …
+	n     int          // … and how many
+	sight rebind.Sight
+	reln  string // the refusal last judged
+}
+
+func (w *statusLine) String() string { return "status line" }
+
+func (w *statusLine) Run(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-w.rounds:
+			w.update()
+		}
+	}
+}
+
+// update sends the status of the last published round if it changed.
+func (w *statusLine) update() {
+	snap := w.eng.Snapshot()
+	refused := ""
+	if p := w.refused.Load(); p != nil {
+		refused = *p
+	}
+	if snap.Stats.Reconciles == 0 {
+		return
+	}
+	items := unsafe.SliceData(snap.Items)
+	if w.sent != "" && items == w.items && len(snap.Items) == w.n && sameSight(snap.Sight, w.sight) && refused == w.reln {
+		return
+	}
+	w.items, w.n, w.sight, w.reln = items, len(snap.Items), snap.Sight, refused
+	line := statusText(status.Check(status.Report(snap, "daemon")), refused)
+	if line != w.sent {
+		w.sent = line
+		w.notify("STATUS=" + line)
+	}
+}
+
+// statusText is the STATUS= line of a verdict: its health and summary,
+// and a refused reload (the config on disk is not the one in use).
+func statusText(v status.Verdict, refused string) string {
+	s := v.Health.String() + ": " + v.Summary
+	if refused != "" {
+		s += "; reload refused, the old config kept: " + refused
+	}
+	return strings.ReplaceAll(s, "\n", " ")
+}
+
+// sameSight reports whether two sights say the same.
+func sameSight(a, b rebind.Sight) bool {
+	errText := func(err error) string {
+		if err == nil {
+			return ""
+		}
+		return err.Error()
+	}
+	return a.Configfs.Probed == b.Configfs.Probed && a.Configfs.Mounted == b.Configfs.Mounted && a.Configfs.Nvmet == b.Configfs.Nvmet &&
+		a.Configfs.LIO == b.Configfs.LIO && errText(a.Configfs.Err) == errText(b.Configfs.Err) &&
+		errText(a.Netlink) == errText(b.Netlink) && errText(a.Addrs) == errText(b.Addrs) &&
+		a.NvmetWanted == b.NvmetWanted && a.LIOWanted == b.LIOWanted && slices.Equal(a.Unreadable, b.Unreadable)
+}

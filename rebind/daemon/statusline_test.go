@@ -1,0 +1,63 @@
+package daemon
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma/rdmatest"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
+)
+
+// The status line is check's verdict of the last round, sent when it
+// changes: not for an idle round, at once for a dead listener and a
+// refused reload, and back when they are over.
+func TestStatusLine(t *testing.T) {
+	k := rdmatest.NewTargetPair(t, nqn, iqn)
+	st, err := state.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rebind.DefaultConfig()
+	eng := rebind.New(rebind.Options{Tree: k.FS(), Kernel: k, Store: st, Config: cfg})
+	var sent []string
+	var refused atomic.Pointer[string]
+	w := &statusLine{eng: eng, notify: func(s string) { sent = append(sent, s) }, refused: &refused}
+	round := func() {
+		t.Helper()
+		if _, err := eng.Reconcile(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		w.update()
+	}
+	want := func(n int, sub string) {
+		t.Helper()
+		if len(sent) != n || !strings.Contains(sent[n-1], sub) {
+			t.Fatalf("sent %q, want %d lines, the last with %q", sent, n, sub)
+		}
+	}
+	w.update()
+	if len(sent) != 0 {
+		t.Fatalf("a status before the first round: %q", sent)
+	}
+	round()
+	want(1, "STATUS=OK: 2 of 2 listeners alive")
+	round()
+	round()
+	want(1, "OK") // idle rounds: nothing sent
+	msg := "config /etc/x.toml: line 2: unknown key"
+	refused.Store(&msg)
+	w.update()
+	want(2, "; reload refused, the old config kept: "+msg)
+	refused.Store(nil)
+	w.update()
+	want(3, "STATUS=OK: 2 of 2 listeners alive")
+	// The device goes and does not come back: both listeners dead.
+	k.RemoveDevice("rxe0")
+	round()
+	if last := sent[len(sent)-1]; !strings.HasPrefix(last, "STATUS=CRITICAL: ") && !strings.HasPrefix(last, "STATUS=WARNING: ") || !strings.Contains(last, "dead") {
+		t.Fatalf("after the device went: %q", sent)
+	}
+}
