@@ -77,6 +77,7 @@ install: build
 	if [ -z "$$v" ] || [ "$$v" -lt 253 ]; then \
 		install -d -m 0755 $(DESTDIR)/etc/systemd/system/nvmet-rebind.service.d; \
 		sed 's|/usr/local/sbin/|$(PREFIX)/sbin/|g' etc/systemd/nvmet-rebind.service.d/systemd-252.conf > $(DESTDIR)/etc/systemd/system/nvmet-rebind.service.d/systemd-252.conf; \
+		chmod 0644 $(DESTDIR)/etc/systemd/system/nvmet-rebind.service.d/systemd-252.conf; \
 	fi
 	install -d -m 0755 $(DESTDIR)/etc/udev/rules.d
 	sed 's|/usr/local/sbin/|$(PREFIX)/sbin/|g' etc/udev/rules.d/90-nvmet-rebind.rules > $(DESTDIR)/etc/udev/rules.d/90-nvmet-rebind.rules

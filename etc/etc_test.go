@@ -866,3 +866,183 @@ func TestDocsMatchCLI(t *testing.T) {
 		t.Errorf("global flags (-docs +binary):\n%s", d)
 	}
 }
+
+// --- make install ------------------------------------------------------------
+
+// TestMakeInstall runs the Makefile's install target (its build step
+// skipped: a stand-in binary) into scratch roots, with a fake systemctl on
+// PATH that records being asked. The systemd < 253 drop-in follows the
+// target's systemd: SYSTEMD_VERSION when given; with DESTDIR and no
+// SYSTEMD_VERSION the build host is not asked and the drop-in is installed
+// (it works on every version); without DESTDIR this host's systemctl
+// decides (run in a private mount namespace with an overlay on /etc, as
+// root).
+func TestMakeInstall(t *testing.T) {
+	t.Parallel()
+	makeTool, err := exec.LookPath("make")
+	if err != nil {
+		t.Skip("make not installed (apt-get install make)")
+	}
+	for _, tool := range []string{"sh", "awk", "sed", "install"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+	// A tree with the repository's Makefile and etc/, and bin/nvmet-rebind.
+	src, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, fake := t.TempDir(), t.TempDir()
+	for _, l := range [][2]string{{filepath.Join(src, "../Makefile"), "Makefile"}, {src, "etc"}} {
+		if err := os.Symlink(l[0], filepath.Join(tree, l[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(path, content string, mode os.FileMode) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(tree, "bin/nvmet-rebind"), "#!/bin/sh\necho stand-in\n", 0o755)
+
+	// The fake systemctl of "the build host": systemd 257, or 252.
+	asked := filepath.Join(fake, "asked")
+	hostSystemd := func(version string) {
+		os.Remove(asked)
+		write(filepath.Join(fake, "systemctl"), "#!/bin/sh\ntouch '"+asked+"'\n[ \"$1\" = --version ] || exit 3\necho 'systemd "+version+" ("+version+".1-1)'\necho '+PAM +AUDIT'\n", 0o755)
+	}
+	// The caller's environment, without what would change the Makefile's
+	// defaults, and the fake systemctl first on PATH.
+	var env []string
+	for _, kv := range os.Environ() {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case "SYSTEMD_VERSION", "DESTDIR", "PREFIX", "MAKEFLAGS", "MFLAGS", "PATH":
+		default:
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "PATH="+fake+":"+os.Getenv("PATH"))
+	makeInstall := func(args ...string) (string, error) {
+		cmd := exec.Command(makeTool, append([]string{"-s", "-o", "build", "install"}, args...)...)
+		cmd.Dir = tree
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	// files lists the regular files under root, relative.
+	files := func(root string) []string {
+		t.Helper()
+		var out []string
+		err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				rel, _ := filepath.Rel(root, p)
+				out = append(out, rel)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(out)
+		return out
+	}
+	const dropIn = "etc/systemd/system/nvmet-rebind.service.d/systemd-252.conf"
+	base := []string{
+		"etc/nvmet-rebind/config.toml",
+		"etc/udev/rules.d/90-nvmet-rebind.rules",
+		"usr/lib/systemd/system/nvmet-rebind.service",
+		"usr/sbin/nvmet-rebind",
+		"usr/share/bash-completion/completions/nvmet-rebind",
+		"usr/share/man/man8/nvmet-rebind.8",
+		"usr/share/zsh/site-functions/_nvmet-rebind",
+	}
+	withDropIn := slices.Sorted(slices.Values(append(slices.Clone(base), dropIn)))
+
+	for _, tc := range []struct {
+		name, host, version string
+		want                []string
+	}{
+		{"unknown target (host 257 not asked)", "257", "", withDropIn},
+		{"unknown target (host 252 not asked)", "252", "", withDropIn},
+		{"SYSTEMD_VERSION=257", "252", "257", base},
+		{"SYSTEMD_VERSION=253", "252", "253", base},
+		{"SYSTEMD_VERSION=252", "257", "252", withDropIn},
+	} {
+		hostSystemd(tc.host)
+		dest := t.TempDir()
+		args := []string{"DESTDIR=" + dest, "PREFIX=/usr"}
+		if tc.version != "" {
+			args = append(args, "SYSTEMD_VERSION="+tc.version)
+		}
+		if out, err := makeInstall(args...); err != nil {
+			t.Fatalf("%s: make install %s: %v\n%s", tc.name, strings.Join(args, " "), err, out)
+		}
+		if _, err := os.Stat(asked); err == nil {
+			t.Errorf("%s: make install DESTDIR=... ran the build host's systemctl", tc.name)
+		}
+		if d := cmp.Diff(tc.want, files(dest)); d != "" {
+			t.Errorf("%s: installed files (-want +got):\n%s", tc.name, d)
+		}
+		if slices.Contains(tc.want, dropIn) {
+			u := readUnit(t, filepath.Join(dest, dropIn))
+			if got := u.last("Service", "ExecReload"); got != "/usr/sbin/nvmet-rebind reload" {
+				t.Errorf("%s: PREFIX=/usr drop-in ExecReload=%q", tc.name, got)
+			}
+			if st, _ := os.Stat(filepath.Join(dest, dropIn)); st.Mode().Perm() != 0o644 {
+				t.Errorf("%s: drop-in mode %v, want 0644", tc.name, st.Mode().Perm())
+			}
+		}
+	}
+	for _, bad := range []string{"252.39", "v252", "x"} {
+		if out, err := makeInstall("DESTDIR="+t.TempDir(), "SYSTEMD_VERSION="+bad); err == nil || !strings.Contains(out, "not a number") {
+			t.Errorf("SYSTEMD_VERSION=%s: %v, %q; want a failure naming it", bad, err, out)
+		}
+	}
+
+	// No DESTDIR: onto this host, whose systemctl decides. /etc is an
+	// overlay in a private mount namespace; PREFIX a scratch dir.
+	t.Run("host", func(t *testing.T) {
+		unshare, err := lookTool("unshare")
+		if err != nil || os.Geteuid() != 0 {
+			t.Skip("needs root and unshare (util-linux) for a private /etc")
+		}
+		// /etc as an overlay whose upper layer (on a tmpfs) gets the writes:
+		// the rest of /etc (/etc/alternatives/awk) stays visible.
+		const private = `set -e; mount -t tmpfs none "$2"; mkdir "$2/u" "$2/w"; mount -t overlay overlay -o lowerdir=/etc,upperdir="$2/u",workdir="$2/w" /etc; `
+		if out, err := exec.Command(unshare, "--mount", "--propagation", "private", "sh", "-c", private+"true", "sh", "-", t.TempDir()).CombinedOutput(); err != nil {
+			t.Skipf("no private mount namespace with an overlay on /etc here: %v %s", err, out)
+		}
+		for _, tc := range []struct {
+			host string
+			want bool
+		}{{"252", true}, {"257", false}, {"", true}} { // "": no systemctl, version unknown
+			hostSystemd(tc.host)
+			if tc.host == "" {
+				write(filepath.Join(fake, "systemctl"), "#!/bin/sh\ntouch '"+asked+"'\nexit 1\n", 0o755)
+			}
+			prefix := t.TempDir()
+			script := private + `"$0" -s -o build install PREFIX="$1"; cd "$2/u"; find . -type f | sort`
+			cmd := exec.Command(unshare, "--mount", "--propagation", "private", "sh", "-c", script, makeTool, prefix, t.TempDir())
+			cmd.Dir = tree
+			cmd.Env = env
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("systemd %q: make install PREFIX=%s: %v\n%s", tc.host, prefix, err, out)
+			}
+			if _, err := os.Stat(asked); err != nil {
+				t.Errorf("systemd %q: make install without DESTDIR did not ask this host's systemctl", tc.host)
+			}
+			if got := strings.Contains(string(out), "./"+strings.TrimPrefix(dropIn, "etc/")+"\n"); got != tc.want {
+				t.Errorf("systemd %q: drop-in installed %v, want %v; /etc:\n%s", tc.host, got, tc.want, out)
+			}
+			if _, err := os.Stat(filepath.Join(prefix, "lib/systemd/system/nvmet-rebind.service")); err != nil {
+				t.Errorf("systemd %q: no unit under PREFIX: %v", tc.host, err)
+			}
+		}
+	})
+}

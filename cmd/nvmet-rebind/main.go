@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/journal"
 	"github.com/urfave/cli/v2"
 
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/config"
@@ -236,14 +237,15 @@ func newLogger(c *cli.Context) (*slog.Logger, error) {
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
 	if stderrIsJournal() {
-		opts.ReplaceAttr = func(groups []string, a slog.Attr) slog.Attr {
-			if len(groups) == 0 && a.Key == slog.TimeKey {
-				return slog.Attr{}
-			}
-			return a
-		}
+		opts.ReplaceAttr = dropTime
 	}
-	return slog.New(slog.NewTextHandler(c.App.ErrWriter, opts)), nil
+	var h slog.Handler = slog.NewTextHandler(c.App.ErrWriter, opts)
+	if c.Command != nil && c.Command.Name == "trigger" && !stderrIsJournal() && journal.Enabled() {
+		// Run by udev, whose log keeps stderr only at debug level: the
+		// journal gets every line too.
+		h = slog.NewMultiHandler(h, newJournalHandler(lvl, "trigger"))
+	}
+	return slog.New(h), nil
 }
 
 // stderrIsJournal: systemd sets JOURNAL_STREAM=<dev>:<ino> of stderr.
