@@ -99,6 +99,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	app.Flags = append(app.Flags, cli.HelpFlag)
 	for _, cmd := range app.Commands {
 		cmd.OnUsageError = onUsageError
+		if cmd.Name == "check" {
+			cmd.OnUsageError = checkUsageError
+		}
 	}
 	return app
 }
@@ -157,6 +160,16 @@ func onUsageError(c *cli.Context, err error, isCommand bool) error {
 		}
 	}
 	return exit(2, fmt.Errorf("%sunknown flag --%s (see %s)", where, clipArg(name), help))
+}
+
+// checkUsageError is a usage error of `check`, which monitoring agents run:
+// UNKNOWN (exit 3) with its status line, as any other failure of check.
+func checkUsageError(c *cli.Context, err error, isCommand bool) error {
+	err = onUsageError(c, err, isCommand)
+	if err := (status.Verdict{Health: status.Unknown, Summary: err.Error()}).Write(c.App.Writer); err != nil {
+		return exit(3, err)
+	}
+	return exit(int(status.Unknown), nil)
 }
 
 func flagNamed(flags []cli.Flag, name string) cli.Flag {

@@ -645,3 +645,18 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// A usage error of check is UNKNOWN (exit 3) with its status line, as the
+// monitoring-plugin convention wants of any failure of the plugin.
+func TestCheckUsageError(t *testing.T) {
+	var out, errw bytes.Buffer
+	app := newApp(&out, &errw)
+	err := app.Run([]string{"nvmet-rebind", "check", "--bogus"})
+	var ec interface{ ExitCode() int }
+	if !errors.As(err, &ec) || ec.ExitCode() != 3 {
+		t.Fatalf("check --bogus: %v, want exit 3", err)
+	}
+	if !strings.HasPrefix(out.String(), "NVMET-REBIND UNKNOWN - check: unknown flag --bogus") {
+		t.Errorf("stdout %q", out.String())
+	}
+}
