@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -126,11 +127,20 @@ func Parse(name string, b []byte) (rebind.Config, error) {
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
+			// The decoder's line is the lexer's, already past a newline
+			// it stopped at ("[policy" then the end of the line): the
+			// line is the one holding the error's first byte. Without a
+			// key its text is quoted (the decoder's last key is the table
+			// before, in an error inside a table header).
+			line, text := lineAt(b, pe.Position.Start)
 			key := ""
-			if pe.LastKey != "" {
+			if pe.LastKey != "" && !strings.Contains(pe.Message, "table name") {
 				key = clip(pe.LastKey) + ": "
 			}
-			return rebind.Config{}, fmt.Errorf("config %s: line %d: %s%s", name, pe.Position.Line, key, clipN(pe.Message, 400))
+			if key == "" {
+				key = clip(strconv.Quote(text)) + ": " // no key to name: the line's text
+			}
+			return rebind.Config{}, fmt.Errorf("config %s: line %d: %s%s", name, line, key, clipN(pe.Message, 400))
 		}
 		if m := typeErr.FindStringSubmatch(err.Error()); m != nil {
 			return rebind.Config{}, typeError(name, b, m[1], m[2], m[3])
@@ -214,6 +224,18 @@ func checkTextfile(p string) error {
 		return fmt.Errorf("%q must end in .prom (node_exporter's textfile collector reads only *.prom)", clip(p))
 	}
 	return nil
+}
+
+// lineAt returns the number (from 1) and the text of the line holding
+// byte off of b.
+func lineAt(b []byte, off int) (int, string) {
+	off = min(max(off, 0), len(b))
+	start := bytes.LastIndexByte(b[:off], '\n') + 1
+	end := bytes.IndexByte(b[off:], '\n')
+	if end < 0 {
+		end = len(b) - off
+	}
+	return bytes.Count(b[:off], []byte{'\n'}) + 1, strings.TrimSpace(string(b[start : off+end]))
 }
 
 // typeErr is the decoder's error for a value of the wrong TOML type, which

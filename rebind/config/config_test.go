@@ -150,3 +150,20 @@ func TestTypeErrorsInFull(t *testing.T) {
 		}
 	}
 }
+
+// A syntax error is reported at the line that holds it, not the line the
+// decoder's lexer had reached (past the newline a broken header stops
+// at); without a key to name, the line's text is quoted.
+func TestSyntaxErrorLine(t *testing.T) {
+	for text, want := range map[string]string{
+		"[[watch]]\nsubnet = \"192.0.2.0/24\"\n[policy\ngive_up_after = \"10m\"\n": `line 3: "[policy": expected '.' or ']' to end table name`,
+		"[policy\n":                           `line 1: "[policy": expected`,
+		"[policy]\ngive_up_after = 10m\n":     `line 2: policy: expected a top-level item`,
+		"[policy]\nresync_interval = \"30s\n": `line 2: `,
+	} {
+		_, err := config.Parse("cfg.toml", []byte(text))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q) = %v, want it to contain %q", text, err, want)
+		}
+	}
+}
