@@ -183,9 +183,17 @@ func checkDeb(t *testing.T, dpkgDeb, deb, version, arch, root string) {
 		}
 	}
 	for k, want := range map[string]string{"Package": "nvmet-rebind", "Version": version, "Architecture": arch,
-		"Section": "admin", "Priority": "optional", "Pre-Depends": "init-system-helpers (>= 1.54~)"} {
+		"Section": "admin", "Priority": "optional", "Pre-Depends": "init-system-helpers (>= 1.54~)",
+		"Homepage": projectURL(t)} {
 		if ctl[k] != want {
 			t.Errorf("control %s: %q, want %q", k, ctl[k], want)
+		}
+	}
+	// No Depends: (nor Recommends:) at all today; above all never rdma-core:
+	// the daemon runs, and waits for devices, without RDMA userspace.
+	for _, k := range []string{"Depends", "Recommends"} {
+		if v, ok := ctl[k]; ok {
+			t.Errorf("control %s: %q, want none", k, v)
 		}
 	}
 	if !regexp.MustCompile(`^[^<>]+ <[^@<>\s]+@[^@<>\s]+>$`).MatchString(ctl["Maintainer"]) {
@@ -420,6 +428,22 @@ func checkRPM(t *testing.T, rpmFile, version string) {
 	if got, want := q("--qf", "%{NAME} %{VERSION}-%{RELEASE} %{LICENSE}\n"), "nvmet-rebind "+version+" GPL-3.0-or-later\n"; got != want {
 		t.Errorf("rpm header: %q, want %q", got, want)
 	}
+	if got, want := q("--qf", "%{URL}\n"), projectURL(t)+"\n"; got != want {
+		t.Errorf("rpm URL: %q, want %q", got, want)
+	}
+	// What the scriptlets run (rpmbuild's Requires(post/preun/postun); nfpm
+	// writes plain Requires:), and nothing else: no rdma-core. rpmlib()
+	// features rpm adds by itself are not ours.
+	var requires []string
+	for _, r := range strings.Split(strings.TrimSpace(q("--requires")), "\n") {
+		if !strings.HasPrefix(r, "rpmlib(") {
+			requires = append(requires, strings.TrimSpace(r))
+		}
+	}
+	slices.Sort(requires)
+	if d := cmp.Diff(rpmRequires, requires); d != "" {
+		t.Errorf("rpm -qp --requires (-want +got):\n%s", d)
+	}
 	scripts := q("--scripts")
 	for name, file := range map[string]string{"postinstall": "post", "preuninstall": "preun", "postuninstall": "postun"} {
 		body, err := os.ReadFile(filepath.Join("packaging/rpm", file))
@@ -433,6 +457,131 @@ func checkRPM(t *testing.T, rpmFile, version string) {
 	for _, s := range []string{"preinstall", "pretrans", "posttrans"} {
 		if strings.Contains(scripts, s+" scriptlet") {
 			t.Errorf("unexpected %s scriptlet", s)
+		}
+	}
+}
+
+// rpmRequires is what the .rpm requires, sorted: its scriptlets' shell and
+// systemctl.
+var rpmRequires = []string{"/bin/sh", "systemd"}
+
+// projectURL is the project's home: its module path (go.mod) as https.
+func projectURL(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^module (github\.com/\S+)$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("go.mod: no github.com module path")
+	}
+	return "https://" + string(m[1])
+}
+
+// yamlKeys reads the block-style YAML of nfpm.yaml far enough for
+// TestPackagingConfig: dotted path of every "key: value" (quotes and
+// comments dropped) and the scalar items of every "- item" list under its
+// key's path. Flow maps ({mode: 0644}) stay one value; list items that are
+// maps ("- src: ...") are not followed.
+func yamlKeys(b []byte) (scalars map[string]string, lists map[string][]string) {
+	scalars, lists = map[string]string{}, map[string][]string{}
+	type level struct {
+		indent int
+		key    string
+	}
+	var stack []level
+	path := func() string {
+		keys := make([]string, len(stack))
+		for i, l := range stack {
+			keys[i] = l.key
+		}
+		return strings.Join(keys, ".")
+	}
+	keyRE := regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_-]*):(?:\s+(.*))?$`)
+	inBlock := -1 // indent of a |- block scalar's key, while inside it
+	for _, line := range strings.Split(string(b), "\n") {
+		trimmed := strings.TrimLeft(line, " ")
+		indent := len(line) - len(trimmed)
+		if inBlock >= 0 {
+			if trimmed == "" || indent > inBlock {
+				continue
+			}
+			inBlock = -1
+		}
+		if trimmed == "" || strings.HasPrefix(trimmed, "#") {
+			continue
+		}
+		if item, ok := strings.CutPrefix(trimmed, "- "); ok {
+			for len(stack) > 0 && stack[len(stack)-1].indent > indent {
+				stack = stack[:len(stack)-1]
+			}
+			if !keyRE.MatchString(item) {
+				lists[path()] = append(lists[path()], strings.Trim(strings.TrimSpace(item), `"'`))
+			}
+			continue
+		}
+		m := keyRE.FindStringSubmatch(trimmed)
+		if m == nil {
+			continue
+		}
+		for len(stack) > 0 && stack[len(stack)-1].indent >= indent {
+			stack = stack[:len(stack)-1]
+		}
+		stack = append(stack, level{indent, m[1]})
+		v := strings.TrimSpace(m[2])
+		if i := strings.Index(v, " #"); i >= 0 {
+			v = strings.TrimSpace(v[:i])
+		}
+		if v == "|-" || v == "|" || v == ">" {
+			inBlock = indent
+			continue
+		}
+		if v != "" {
+			scalars[path()] = strings.Trim(v, `"'`)
+		}
+	}
+	return scalars, lists
+}
+
+// TestPackagingConfig checks nfpm.yaml's metadata without building (what
+// TestPackages checks in the built packages too): the homepage is the
+// project's, the .rpm requires what its scriptlets run, and neither package
+// depends on rdma-core or anything else.
+func TestPackagingConfig(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("packaging/nfpm.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scalars, lists := yamlKeys(b)
+	if got, want := scalars["homepage"], projectURL(t); got != want {
+		t.Errorf("nfpm.yaml homepage: %q, want %q", got, want)
+	}
+	if got := scalars["name"]; got != "nvmet-rebind" {
+		t.Errorf("yamlKeys: name %q (the parser is off)", got)
+	}
+	if got := lists["deb.predepends"]; !slices.Equal(got, []string{"init-system-helpers (>= 1.54~)"}) {
+		t.Errorf("nfpm.yaml deb.predepends: %q", got)
+	}
+	got := slices.Sorted(slices.Values(lists["overrides.rpm.depends"]))
+	if !slices.Equal(got, rpmRequires) {
+		t.Errorf("nfpm.yaml overrides.rpm.depends: %q, want %q", got, rpmRequires)
+	}
+	for path, items := range lists {
+		last := path[strings.LastIndex(path, ".")+1:]
+		switch last {
+		case "depends", "predepends", "recommends", "suggests":
+		default:
+			continue
+		}
+		if path != "overrides.rpm.depends" && path != "deb.predepends" {
+			t.Errorf("nfpm.yaml %s: %q; the packages have no other relations (packaging/README.md)", path, items)
+		}
+		for _, it := range items {
+			if strings.Contains(it, "rdma") {
+				t.Errorf("nfpm.yaml %s names %q: the daemon runs without RDMA userspace", path, it)
+			}
 		}
 	}
 }
