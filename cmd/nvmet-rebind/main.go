@@ -418,18 +418,22 @@ func cmdRebind(c *cli.Context) error {
 }
 
 func cmdReload(c *cli.Context) error {
-	if _, err := config.Load(c.String("config")); err != nil {
-		return exit(2, fmt.Errorf("%w; the daemon keeps its current config", err))
-	}
+	// A running daemon validates the config itself and refuses a bad one
+	// (its status line says so until a good reload): one judge of the
+	// config in use. It is told which file this command means, and
+	// refuses to reload its own when that is another.
 	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
 	defer cancel()
-	err := control.Call(ctx, paths(c).Socket(), control.Request{Cmd: "reload"}, nil)
+	err := control.Call(ctx, paths(c).Socket(), control.Request{Cmd: "reload", ID: c.String("config")}, nil)
 	if err == nil {
 		fmt.Fprintf(c.App.Writer, "config %s is valid; daemon reloaded it\n", c.String("config"))
 		return nil
 	}
 	if !errors.Is(err, control.ErrNoDaemon) {
 		return exit(2, err)
+	}
+	if _, err := config.Load(c.String("config")); err != nil {
+		return exit(2, fmt.Errorf("%w; no daemon answers on %s", err, paths(c).Socket()))
 	}
 	// No answer on the socket. Never signal a pid: after a crash it may
 	// belong to another process. The lock tells whether a daemon is there.

@@ -193,6 +193,16 @@ func TestDaemonNotifyAndControl(t *testing.T) {
 	if out, code := d.run("reload"); code != 2 || !strings.Contains(out, `unknown key "policy.bogus"`) {
 		t.Errorf("reload of a bad config: exit %d: %s", code, out)
 	}
+	// The daemon itself refused it: its STATUS= says so (systemctl
+	// status), whichever way the reload came (ExecReload or SIGHUP).
+	for i := 0; ; i++ {
+		if m := expect("STATUS="); strings.Contains(m, "reload refused") && strings.Contains(m, "policy.bogus") {
+			break
+		}
+		if i == 5 {
+			t.Fatal("no STATUS= saying the reload was refused")
+		}
+	}
 	c.Process.Signal(syscall.SIGHUP)
 	expect("RELOADING=1")
 	expect("READY=1")

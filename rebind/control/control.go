@@ -44,7 +44,7 @@ import (
 // Request is what a client sends.
 type Request struct {
 	Cmd string `json:"cmd"`          // "status", "trigger", "reload", "rebind"
-	ID  string `json:"id,omitempty"` // rebind: port id or portal id
+	ID  string `json:"id,omitempty"` // rebind: port id or portal id; reload: the config file the client means
 }
 
 // Response is what the daemon answers.

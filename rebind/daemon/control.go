@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
@@ -89,6 +90,10 @@ func (d *daemon) handler() control.Handler {
 			d.env.Engine.Poke()
 			return map[string]bool{"poked": true}, nil
 		case "reload":
+			if req.ID != "" && filepath.Clean(req.ID) != filepath.Clean(d.paths.Config) {
+				return nil, fmt.Errorf("the daemon reads %s, not %s: reload %s (nvmet-rebind --config %s reload), or check %s with nvmet-rebind --config %s plan",
+					d.paths.Config, req.ID, d.paths.Config, d.paths.Config, req.ID, req.ID)
+			}
 			if err := d.reload(); err != nil {
 				return nil, err
 			}
