@@ -107,9 +107,6 @@ func Load(path string) (rebind.Config, error) {
 	if st.Mode().Perm()&0o022 != 0 {
 		return rebind.Config{}, fmt.Errorf("config %s: mode %v is writable by group or others; run chmod go-w %s", path, st.Mode().Perm(), path)
 	}
-	if st.Size() > 1<<20 {
-		return rebind.Config{}, fmt.Errorf("config %s: larger than 1 MiB", path)
-	}
 	b, err := bounded.ReadFile(path, maxConfigBytes, true)
 	if _, ok := errors.AsType[*bounded.Error](err); ok {
 		return rebind.Config{}, fmt.Errorf("config %w", err) // names path
