@@ -127,6 +127,9 @@ func limitsServer(t *testing.T, h Handler) (s *Server, path string, logs *syncBu
 	}
 	t.Cleanup(stop)
 	call(t, path, "status")
+	// The answer reaches the client before the server's goroutine frees
+	// the slot: a test that counts slots starts from none held.
+	eventually(t, "the first request's slot freed", func() bool { return s.held() == 0 })
 	return s, path, logs, ch, stop
 }
 
