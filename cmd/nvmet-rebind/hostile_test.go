@@ -96,8 +96,8 @@ func TestHostileConfig(t *testing.T) {
 			tt.make(t, cfg)
 			want := "config " + cfg + ": " + tt.want
 			out, code := runFor(t, d.cmd(nil, "run"), 5*time.Second)
-			if code != 2 || !strings.Contains(out, want) {
-				t.Errorf("run: exit %d: %s\nwant exit 2 and %q", code, out, want)
+			if code != exitConfig || !strings.Contains(out, want) {
+				t.Errorf("run: exit %d: %s\nwant exit %d (an invalid configuration) and %q", code, out, exitConfig, want)
 			}
 			// The other commands that read the config end too (their
 			// exit codes are theirs).

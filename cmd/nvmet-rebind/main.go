@@ -29,6 +29,11 @@ import (
 // version is set with -ldflags "-X main.version=...".
 var version = "dev"
 
+// exitConfig is run's exit code for an invalid configuration (sysexits'
+// EX_CONFIG): the unit's RestartPreventExitStatus=78 leaves it failed
+// instead of restarting it every RestartSec= until the admin fixes it.
+const exitConfig = 78
+
 // exit returns err with an exit code (cli.Exit); a nil err is a bare code.
 func exit(code int, err error) cli.ExitCoder {
 	if err == nil {
@@ -289,6 +294,8 @@ func cmdRun(c *cli.Context) error {
 		NoWatch: c.Bool("no-watch")})
 	var se *daemon.SetupError
 	switch {
+	case errors.As(err, &se) && se.Config:
+		return exit(exitConfig, err)
 	case errors.As(err, &se):
 		return exit(2, err)
 	case err != nil:

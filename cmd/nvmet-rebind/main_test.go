@@ -243,8 +243,8 @@ func TestBadInputExitCodes(t *testing.T) {
 	if err := os.Chmod(d.args[1], 0o666); err != nil {
 		t.Fatal(err)
 	}
-	if out, code := d.run("run"); code != 2 || !strings.Contains(out, "writable by group or others") {
-		t.Errorf("world-writable config: exit %d: %s", code, out)
+	if out, code := d.run("run"); code != exitConfig || !strings.Contains(out, "writable by group or others") {
+		t.Errorf("world-writable config: run exit %d: %s", code, out)
 	}
 	if out, code := d.run("plan"); code != 2 {
 		t.Errorf("plan with a refused config: exit %d: %s", code, out)
@@ -335,7 +335,8 @@ func TestObserversLeaveStateDirUntouched(t *testing.T) {
 // run --metrics-textfile from the real command: the file appears after the
 // first reconcile with the nvmet_rebind_* metrics; [metrics] textfile is
 // used without the flag, and a SIGHUP reload that changes it moves the
-// file; a path node_exporter would never read is refused at start (exit 2).
+// file; a path node_exporter would never read is refused at start (exit
+// 78, an invalid configuration).
 func TestMetricsTextfileFlagAndConfig(t *testing.T) {
 	d := newDaemonEnv(t)
 	waitFile := func(path, want string) {
@@ -391,12 +392,12 @@ func TestMetricsTextfileFlagAndConfig(t *testing.T) {
 	stopDaemon(c)
 
 	for _, bad := range []string{"relative.prom", filepath.Join(d.dir, "m.txt")} {
-		if out, code := d.run("run", "--metrics-textfile", bad); code != 2 || !strings.Contains(out, "metrics textfile") {
+		if out, code := d.run("run", "--metrics-textfile", bad); code != exitConfig || !strings.Contains(out, "metrics textfile") {
 			t.Errorf("run --metrics-textfile %s: exit %d: %s", bad, code, out)
 		}
 	}
 	setTextfile("relative.prom")
-	if out, code := d.run("run"); code != 2 || !strings.Contains(out, "metrics.textfile") {
+	if out, code := d.run("run"); code != exitConfig || !strings.Contains(out, "metrics.textfile") {
 		t.Errorf("run with [metrics] textfile relative: exit %d: %s", code, out)
 	}
 }
@@ -488,6 +489,12 @@ func TestTriggerExitCodes(t *testing.T) {
 	unlock, err := daemon.Lock(filepath.Join(d.dir, "state"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// run with the lock held: a setup failure that may pass (exit 2,
+	// restarted by the unit), not the invalid configuration (78) that
+	// RestartPreventExitStatus= stops.
+	if out, code := d.run("run"); code != 2 || !strings.Contains(out, "lock") {
+		t.Errorf("run with the lock held: exit %d: %s", code, out)
 	}
 	start := time.Now()
 	out, code := d.run("trigger")

@@ -44,11 +44,25 @@ import (
 )
 
 // SetupError is a failure before the daemon started its tasks (a bad
-// config, the lock held by another daemon, the socket): the command exits 2.
-type SetupError struct{ Err error }
+// config, the lock held by another daemon, the socket). Config tells an
+// invalid configuration (the file or the flags), which only the admin can
+// fix: the command exits 78 (EX_CONFIG), which the unit's
+// RestartPreventExitStatus= keeps systemd from restarting in a loop; any
+// other setup failure (a lock held for a moment, the socket) exits 2 and
+// is restarted.
+type SetupError struct {
+	Err    error
+	Config bool
+}
 
 func (e *SetupError) Error() string { return e.Err.Error() }
 func (e *SetupError) Unwrap() error { return e.Err }
+
+// configError marks an error of the configuration: the file, or a flag's
+// value.
+type configError struct{ error }
+
+func (e configError) Unwrap() error { return e.error }
 
 // RunOptions are the daemon's own settings.
 type RunOptions struct {
@@ -82,7 +96,8 @@ type readier interface {
 func Run(ctx context.Context, p Paths, log *slog.Logger, o RunOptions) error {
 	d, srv, done, err := setUp(p, log, o)
 	if err != nil {
-		return &SetupError{err}
+		_, bad := errors.AsType[configError](err)
+		return &SetupError{Err: err, Config: bad}
 	}
 	defer done()
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
@@ -138,12 +153,12 @@ func setUp(p Paths, log *slog.Logger, o RunOptions) (*daemon, *control.Server, f
 	}
 	if o.MetricsListen != "" {
 		if err := metrics.CheckAddr(o.MetricsListen, false); err != nil {
-			return fail(err)
+			return fail(configError{err})
 		}
 	}
 	if o.MetricsTextfile != "" {
 		if err := metrics.CheckTextfile(o.MetricsTextfile); err != nil {
-			return fail(err)
+			return fail(configError{err})
 		}
 	}
 	cfg := env.Config

@@ -67,7 +67,7 @@ func Open(p Paths, log *slog.Logger, mode Mode, fault func(string) bool) (*Env, 
 func open(p Paths, log *slog.Logger, mode Mode, fault func(string) bool, heartbeat time.Duration, model bool) (*Env, error) {
 	cfg, err := config.Load(p.Config)
 	if err != nil {
-		return nil, err
+		return nil, configError{err}
 	}
 	env := &Env{Config: cfg, Kernel: rdma.NewLive(p.Sysfs)}
 	fsys := configfs.New(p.Configfs)
