@@ -1,10 +1,13 @@
 // Package udev turns the kernel's event streams into hints for the reconciler:
 // kobject uevents (NETLINK_KOBJECT_UEVENT, kernel group: SUBSYSTEM=infiniband and
-// SUBSYSTEM=net add/remove/move) and rtnetlink address and link changes.
+// SUBSYSTEM=net add/remove/move), rtnetlink address and link changes, and,
+// on kernels ≥ 6.12, the RDMA netlink monitor (NETLINK_RDMA, group
+// RDMA_NL_GROUP_NOTIFY: RDMA device register/unregister/rename and port
+// netdev attach/detach).
 //
 // A hint only says "look again"; this package never decides anything. Every
 // stream resubscribes after an error and then pokes a Resync hint, because
-// events may have been lost in between. Both watchers share one reconnect
+// events may have been lost in between. The watchers share one reconnect
 // policy, the unexported resubscribe (resubscribe.go): backoff between
 // attempts, reset after a healthy session, the counting and the Resync hint.
 // The package does not log: what went wrong is reported in Hint.Reason and
@@ -21,14 +24,15 @@ import (
 
 // Hint sources.
 const (
-	SourceUevent    = "uevent"
-	SourceRtnetlink = "rtnetlink"
+	SourceUevent      = "uevent"
+	SourceRtnetlink   = "rtnetlink"
+	SourceRDMAMonitor = "rdma-monitor"
 )
 
 // Hint pokes the reconciler. It carries no state to act on: the reconciler
 // always reads the full observed state.
 type Hint struct {
-	Source string // SourceUevent or SourceRtnetlink
+	Source string // SourceUevent, SourceRtnetlink or SourceRDMAMonitor
 	Reason string // for humans: "infiniband add rxe0", "resync after uevent socket: read: no buffer space available"
 	Resync bool   // events may have been lost (a (re)connect or an unparsable event)
 	// Configfs: a module whose configfs tree the daemon reads was loaded
@@ -118,7 +122,8 @@ func Relevant(e Event) (Hint, bool) {
 	return Hint{Source: SourceUevent, Reason: reason}, true
 }
 
-// Options tunes WatchUevents and WatchRtnetlink. The zero value is usable.
+// Options tunes WatchUevents, WatchRtnetlink and WatchRDMAMonitor. The zero
+// value is usable.
 type Options struct {
 	// Stats, if set, is where the watcher counts; share one between watchers.
 	Stats *Stats
@@ -133,6 +138,11 @@ type Options struct {
 	// Dial opens the uevent socket (default: go-udev's UEventConn in
 	// KernelEvent mode). Tests inject recorded datagrams here.
 	Dial func() (Conn, error)
+	// DialRDMAMonitor opens the RDMA netlink monitor socket (default: ask
+	// the kernel whether it has the monitor, then join
+	// RDMA_NL_GROUP_NOTIFY). An error wrapping ErrRDMAMonitorUnsupported
+	// ends WatchRDMAMonitor. Tests inject recorded datagrams here.
+	DialRDMAMonitor func() (Conn, error)
 }
 
 func (o Options) withDefaults() Options {
@@ -154,7 +164,7 @@ func (o Options) withDefaults() Options {
 // Stats counts what the watchers saw. The zero value is ready; it is safe
 // for concurrent use.
 type Stats struct {
-	uevent, rtnetlink counters
+	uevent, rtnetlink, rdmaMonitor counters
 }
 
 type counters struct {
@@ -163,22 +173,23 @@ type counters struct {
 
 // Counts is a snapshot of one source's counters.
 type Counts struct {
-	Events     uint64 // uevent datagrams read, rtnetlink updates received
+	Events     uint64 // uevent and rdma monitor datagrams read, rtnetlink updates received
 	Hints      uint64 // relevant (non-resync) hints poked
 	Errors     uint64 // failed dials/subscriptions, read errors, unparsable datagrams, error callbacks
-	Reconnects uint64 // sockets reopened (uevent) or subscriptions renewed (rtnetlink)
+	Reconnects uint64 // sockets reopened (uevent, rdma monitor) or subscriptions renewed (rtnetlink)
 	Resyncs    uint64 // Resync hints poked, including the one after the first connect
 }
 
-// StatsSnapshot holds the counts of both sources.
+// StatsSnapshot holds the counts of each source.
 type StatsSnapshot struct {
-	Uevent    Counts
-	Rtnetlink Counts
+	Uevent      Counts
+	Rtnetlink   Counts
+	RDMAMonitor Counts
 }
 
 // Snapshot returns the current counts.
 func (s *Stats) Snapshot() StatsSnapshot {
-	return StatsSnapshot{Uevent: s.uevent.load(), Rtnetlink: s.rtnetlink.load()}
+	return StatsSnapshot{Uevent: s.uevent.load(), Rtnetlink: s.rtnetlink.load(), RDMAMonitor: s.rdmaMonitor.load()}
 }
 
 func (c *counters) load() Counts {

@@ -2,8 +2,9 @@
 // configfs, the state directory, and the daemon's tasks, each a long-lived
 // piece run in one errgroup until the daemon stops or one of them fails:
 //
-//   - uevents and rtnetlink (tasks.go): the kernel's event streams; their
-//     hints poke the engine, never decide
+//   - uevents, rtnetlink and rdma-monitor (tasks.go): the kernel's event
+//     streams; their hints poke the engine, never decide (the RDMA netlink
+//     monitor only on kernels ≥ 6.12: elsewhere it logs once and ends)
 //   - reconciler (tasks.go): the engine's loop, the only writer of
 //     configfs; after its first full reconcile systemd is told READY=1, and
 //     each round and beat sends WATCHDOG=1
@@ -184,6 +185,7 @@ func (d *daemon) tasks(o RunOptions, srv *control.Server, hup <-chan os.Signal) 
 	tasks := []task{
 		&watcher{name: "uevents", watch: udev.WatchUevents, hint: d.hint, stats: events},
 		&watcher{name: "rtnetlink", watch: udev.WatchRtnetlink, hint: d.hint, stats: events},
+		&watcher{name: "rdma-monitor", watch: udev.WatchRDMAMonitor, hint: d.hint, stats: events, log: d.log},
 		newReconciler(d.env.Engine, d.notify, rounds, trims, sights, lines),
 		&sightLogger{eng: d.env.Engine, log: d.log, rounds: sights},
 		&statusLine{eng: d.env.Engine, notify: d.notify, rounds: lines, refused: &d.refused},

@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/metrics"
@@ -9,19 +11,29 @@ import (
 )
 
 // A watcher is one of the kernel's event streams (udev.WatchUevents,
-// udev.WatchRtnetlink): it resubscribes and resyncs by itself, and each
-// hint pokes the engine.
+// udev.WatchRtnetlink, udev.WatchRDMAMonitor): it resubscribes and resyncs
+// by itself, and each hint pokes the engine.
 type watcher struct {
 	name  string
 	watch func(context.Context, func(udev.Hint), udev.Options) error
 	hint  func(udev.Hint)
 	stats *udev.Stats // counted for the metrics
+	// log, when set, makes the stream optional: a kernel without it
+	// (udev.ErrRDMAMonitorUnsupported) is logged once and the watcher
+	// ends without stopping the daemon.
+	log *slog.Logger
 }
 
 func (w *watcher) String() string { return w.name }
 
 func (w *watcher) Run(ctx context.Context) error {
-	return w.watch(ctx, w.hint, udev.Options{Stats: w.stats})
+	err := w.watch(ctx, w.hint, udev.Options{Stats: w.stats})
+	if w.log != nil && errors.Is(err, udev.ErrRDMAMonitorUnsupported) {
+		w.log.Info("RDMA netlink monitor not available on this kernel; uevents and rtnetlink cover RDMA device changes",
+			"source", w.name, "reason", err)
+		return nil
+	}
+	return err
 }
 
 // hint is what an event does: the engine looks again.

@@ -1,17 +1,22 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma/rdmatest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
+	"github.com/nvmet-rebind/nvmet-rebind/udev"
 )
 
 // notifySocket stands in for systemd's NOTIFY_SOCKET; it returns the
@@ -103,5 +108,28 @@ func TestNotReadyBeforeStop(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no STOPPING=1")
+	}
+}
+
+// A kernel without the RDMA netlink monitor: one info line, and the
+// watcher ends without stopping the daemon; a required stream's error
+// still stops it.
+func TestWatcherUnsupported(t *testing.T) {
+	t.Parallel()
+	unsupported := func(context.Context, func(udev.Hint), udev.Options) error {
+		return fmt.Errorf("rdma monitor: %w: no MONITOR_MODE", udev.ErrRDMAMonitorUnsupported)
+	}
+	var buf bytes.Buffer
+	w := &watcher{name: "rdma-monitor", watch: unsupported, log: slog.New(slog.NewTextHandler(&buf, nil))}
+	if err := w.Run(context.Background()); err != nil {
+		t.Errorf("optional watcher on a kernel without it: %v, want nil", err)
+	}
+	out := buf.String()
+	if strings.Count(out, "\n") != 1 || !strings.Contains(out, "level=INFO") || !strings.Contains(out, "RDMA netlink monitor not available") {
+		t.Errorf("log %q: want one info line", out)
+	}
+	required := &watcher{name: "uevents", watch: unsupported}
+	if err := required.Run(context.Background()); !errors.Is(err, udev.ErrRDMAMonitorUnsupported) {
+		t.Errorf("required watcher: %v, want the error", err)
 	}
 }

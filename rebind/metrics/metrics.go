@@ -103,7 +103,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.writes, prometheus.CounterValue, float64(snap.Stats.Writes))
 	if c.events != nil {
 		s := c.events.Snapshot()
-		for src, n := range map[string]udev.Counts{udev.SourceUevent: s.Uevent, udev.SourceRtnetlink: s.Rtnetlink} {
+		for src, n := range map[string]udev.Counts{udev.SourceUevent: s.Uevent, udev.SourceRtnetlink: s.Rtnetlink, udev.SourceRDMAMonitor: s.RDMAMonitor} {
 			ch <- prometheus.MustNewConstMetric(c.resyncs, prometheus.CounterValue, float64(n.Resyncs), src)
 			ch <- prometheus.MustNewConstMetric(c.reconnects, prometheus.CounterValue, float64(n.Reconnects), src)
 			ch <- prometheus.MustNewConstMetric(c.eventsSeen, prometheus.CounterValue, float64(n.Events), src)

@@ -1,0 +1,122 @@
+package tests
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nvmet-rebind/nvmet-rebind/tests/vm"
+)
+
+// rdmamonInit is the guest's /init: the udev package's test binary, first
+// without RDMA netlink (TestRDMAMonitorKernelNoRDMA), then with the
+// suite's modules loaded (TestRDMAMonitorKernel).
+const rdmamonInit = `#!/bin/sh
+export PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/root
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+mount -t tmpfs tmpfs /run
+mkdir -p /tmp/e2e
+echo 4 > /proc/sys/kernel/printk 2>/dev/null
+. /e2e/lib.sh
+echo "E2E BEGIN rdmamon"
+# No RDMA netlink: nothing loaded yet, and no module autoloading (a
+# NETLINK_RDMA socket would load ib_core).
+cd /tmp
+MP=$(cat /proc/sys/kernel/modprobe)
+echo /nonexistent > /proc/sys/kernel/modprobe
+NVMET_REBIND_RDMAMON_NORDMA=1 /usr/local/bin/udev.test -test.run '^TestRDMAMonitorKernelNoRDMA$' -test.v -test.count=1 >/tmp/rdmamon-nordma.out 2>&1
+rc0=$?
+echo "$MP" > /proc/sys/kernel/modprobe
+sed 's/^/  /' /tmp/rdmamon-nordma.out
+load_modules || {
+	echo "E2E RESULT rdmamon FAIL module loading failed"
+	echo "E2E DONE rc=1"
+	poweroff -f
+}
+ip link set lo up
+NVMET_REBIND_RDMAMON_KERNEL=1 /usr/local/bin/udev.test -test.run '^TestRDMAMonitorKernel$' -test.v -test.count=1 >/tmp/rdmamon.out 2>&1
+rc=$?
+sed 's/^/  /' /tmp/rdmamon.out
+if [ $rc -eq 0 ] && [ $rc0 -eq 0 ]; then
+	echo "E2E RESULT rdmamon PASS $(uname -r)"
+else
+	echo "E2E RESULT rdmamon FAIL exit $rc0 (no RDMA netlink) $rc (rxe0)"
+	rc=1
+fi
+echo "E2E DONE rc=$rc"
+sync
+poweroff -f
+sleep 10
+`
+
+// TestRDMAMonitor boots each kernel and runs udev's real-kernel tests
+// inside: on 6.12 and later udev.WatchRDMAMonitor sees rxe0 register,
+// attach veth0 and unregister; on 6.1, and on any kernel before ib_core is
+// loaded, it ends at once with udev.ErrRDMAMonitorUnsupported. About half
+// a minute per kernel.
+func TestRDMAMonitor(t *testing.T) {
+	skipUnlessVM(t)
+	for _, series := range kernelSeries() {
+		t.Run(series, func(t *testing.T) {
+			k, err := vm.PrepareKernel(series)
+			if err != nil {
+				if s, ok := err.(vm.ErrSkip); ok {
+					t.Skip(s.Msg)
+				}
+				t.Fatalf("kernel %s: %v", series, err)
+			}
+			base, err := vm.BaseInitramfs(k, nil)
+			if err != nil {
+				t.Fatalf("base initramfs: %v", err)
+			}
+			dir := t.TempDir()
+			bin := filepath.Join(dir, "udev.test")
+			cmd := exec.Command(goTool(), "test", "-c", "-trimpath", "-o", bin, "./udev")
+			cmd.Dir = repoRoot(t)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("go test -c ./udev: %v\n%s", err, out)
+			}
+			ov := vm.Overlay{
+				Files: map[string]string{
+					"/e2e/lib.sh":              filepath.Join("guest", "lib.sh"),
+					"/usr/local/bin/udev.test": bin,
+				},
+				Data: map[string][]byte{"/init": []byte(rdmamonInit)},
+			}
+			overlay := filepath.Join(dir, "overlay.cpio.gz")
+			if err := ov.Write(overlay); err != nil {
+				t.Fatalf("overlay: %v", err)
+			}
+			initrd := filepath.Join(dir, "initrd.img")
+			if err := vm.ConcatFiles(initrd, base, overlay); err != nil {
+				t.Fatal(err)
+			}
+			img := &vmImage{kernel: k, initrd: initrd}
+			res := bootVM(t, img, nil, 4*time.Minute, nil)
+			r, ok := res.Events.Results["rdmamon"]
+			if !ok || r.Status != "PASS" {
+				p := saveConsole(t, k.Series+"-rdmamon-console.log", res.Console)
+				t.Fatalf("rdmamon on %s: %v %s (timed out %v)\nconsole log: %s\n%s", k.Release, ok, r.Detail, res.TimedOut, p, tail(res.Console, 60))
+			}
+			t.Logf("%s in %v:\n%s", k.Release, res.Elapsed.Round(time.Second), guestOutput(res.Console))
+		})
+	}
+}
+
+// guestOutput is the test binary's output: the console lines it indented.
+func guestOutput(console []byte) string {
+	var out []string
+	for _, l := range strings.Split(string(console), "\n") {
+		if strings.HasPrefix(l, "  ") {
+			out = append(out, strings.TrimRight(l, "\r"))
+		}
+	}
+	return strings.Join(out, "\n")
+}
