@@ -1,6 +1,6 @@
 #!/bin/sh
 # idle-cost.sh [SECONDS] [PORTS] [PORTALS] [model|full]: CPU seconds, RSS
-# and wakeups of `nvmet-rebind run` over SECONDS (default 600) with PORTS
+# (mean and maximum of one sample a second, and at the end) and wakeups of `nvmet-rebind run` over SECONDS (default 600) with PORTS
 # nvmet ports (default 4096) and PORTALS LIO iSER portals, one target each
 # as OpenStack Cinder makes them (default 4096), in a configfs-shaped tree
 # on tmpfs, and no events. model (default): configfs through the daemon's
@@ -58,14 +58,24 @@ done
 sleep 2
 ticks() { awk '{print $14 + $15}' /proc/$PID/stat; }
 ctx() { cat /proc/$PID/task/*/status | awk '/^voluntary_ctxt_switches|^nonvoluntary_ctxt_switches/ {s += $2} END {print s}'; }
+rss() { awk '/VmRSS/ {print $2}' /proc/$PID/status; }
 t0=$(ticks)
 c0=$(ctx)
-sleep "$SECS"
+# RSS sampled every second over the window: its mean and maximum are the
+# figures (one sample at the end would land before or after a resync's or
+# a rescan's burst by chance).
+n=0 sum=0 max=0
+end=$(($(date +%s) + SECS))
+while [ "$(date +%s)" -lt "$end" ]; do
+	sleep 1
+	r=$(rss)
+	n=$((n + 1)) sum=$((sum + r))
+	[ "$r" -gt "$max" ] && max=$r
+done
 t1=$(ticks)
 c1=$(ctx)
 hz=$(getconf CLK_TCK)
-rss=$(awk '/VmRSS/ {print $2}' /proc/$PID/status)
 hwm=$(awk '/VmHWM/ {print $2}' /proc/$PID/status)
-echo "mode=$MODE ports=$PORTS portals=$PORTALS seconds=$SECS cpu_seconds=$(awk "BEGIN {printf \"%.2f\", ($t1 - $t0) / $hz}") rss_kb=$rss rss_peak_kb=$hwm context_switches=$((c1 - c0)) resyncs=$((SECS / 30))"
+echo "mode=$MODE ports=$PORTS portals=$PORTALS seconds=$SECS cpu_seconds=$(awk "BEGIN {printf \"%.2f\", ($t1 - $t0) / $hz}") rss_mean_kb=$((sum / n)) rss_max_kb=$max rss_end_kb=$(rss) rss_peak_since_start_kb=$hwm context_switches=$((c1 - c0)) resyncs=$((SECS / 30))"
 grep -q 'disagreed' "$W/log" && { echo "the model disagreed with a rescan:" >&2; grep disagreed "$W/log" >&2; exit 1; }
 exit 0
