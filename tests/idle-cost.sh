@@ -64,18 +64,18 @@ c0=$(ctx)
 # RSS sampled every second over the window: its mean and maximum are the
 # figures (one sample at the end would land before or after a resync's or
 # a rescan's burst by chance).
-n=0 sum=0 max=0
+n=0 sum=0 max=0 maxat=0
 end=$(($(date +%s) + SECS))
 while [ "$(date +%s)" -lt "$end" ]; do
 	sleep 1
 	r=$(rss)
 	n=$((n + 1)) sum=$((sum + r))
-	[ "$r" -gt "$max" ] && max=$r
+	[ "$r" -gt "$max" ] && max=$r maxat=$n
 done
 t1=$(ticks)
 c1=$(ctx)
 hz=$(getconf CLK_TCK)
 hwm=$(awk '/VmHWM/ {print $2}' /proc/$PID/status)
-echo "mode=$MODE ports=$PORTS portals=$PORTALS seconds=$SECS cpu_seconds=$(awk "BEGIN {printf \"%.2f\", ($t1 - $t0) / $hz}") rss_mean_kb=$((sum / n)) rss_max_kb=$max rss_end_kb=$(rss) rss_peak_since_start_kb=$hwm context_switches=$((c1 - c0)) resyncs=$((SECS / 30))"
+echo "mode=$MODE ports=$PORTS portals=$PORTALS seconds=$SECS cpu_seconds=$(awk "BEGIN {printf \"%.2f\", ($t1 - $t0) / $hz}") rss_mean_kb=$((sum / n)) rss_max_kb=$max rss_max_at_s=$maxat rss_end_kb=$(rss) rss_peak_since_start_kb=$hwm context_switches=$((c1 - c0)) resyncs=$((SECS / 30))"
 grep -q 'disagreed' "$W/log" && { echo "the model disagreed with a rescan:" >&2; grep disagreed "$W/log" >&2; exit 1; }
 exit 0
