@@ -21,13 +21,15 @@ import (
 // Environment knobs (see README.md in this folder).
 const (
 	envE2E       = "NVMET_REBIND_E2E"           // "0" skips the VM tests
-	envKernels   = "NVMET_REBIND_E2E_KERNELS"   // "6.1 6.12" (default)
+	envKernels   = "NVMET_REBIND_E2E_KERNELS"   // "6.1 6.12 6.18 newest" (default)
+	envAll       = "NVMET_REBIND_E2E_ALL"       // "1": every scenario on every kernel (make test-all)
 	envScenarios = "NVMET_REBIND_E2E_SCENARIOS" // regexp on scenario names
 	envBench     = "NVMET_REBIND_E2E_BENCH"     // N resets for the bench scenario (0: off)
 	envRepeat    = "NVMET_REBIND_E2E_REPEAT"    // run the selection N times in one boot (rare failures)
 	envTimeout   = "NVMET_REBIND_E2E_TIMEOUT"   // hard limit per boot (Go duration)
 	envVerbose   = "NVMET_REBIND_E2E_VERBOSE"   // "1": echo the console while it runs
 	envSiw       = "NVMET_REBIND_E2E_SIW"       // "0": do not build siw.ko
+	envDistros   = "NVMET_REBIND_E2E_DISTROS"   // TestSystemd's images: "debian12 debian13" (default)
 )
 
 // skipUnlessVM skips when the VM tests cannot or should not run.
@@ -197,11 +199,79 @@ func benchCount() int {
 	return n
 }
 
+// defaultKernels are booted when NVMET_REBIND_E2E_KERNELS is unset:
+// Debian 12's 6.1, the 6.12 that Debian 12 (as a backport) and Debian 13
+// ship, the 6.18 LTS and the newest kernel of trixie-backports.
+var defaultKernels = []string{"6.1", "6.12", "6.18", vm.NewestSeries}
+
+// fullKernels run every scenario in the default plan: the kernel of
+// Debian stable and the newest. The others run representativeScenarios,
+// so that `make test` stays within its budget (tests/README.md has the
+// figures); NVMET_REBIND_E2E_ALL=1 (make test-all) runs every scenario on
+// every kernel.
+var fullKernels = map[string]bool{"6.12": true, vm.NewestSeries: true}
+
+// representativeScenarios: one of each kind — the kernel facts, nvmet and
+// LIO resets, the netdev recreated, IPv6, soft-iWARP, the boot completion,
+// a shared iSER portal and a VLAN — about 2.5 minutes of boot; and bench
+// (only run when NVMET_REBIND_E2E_BENCH asks), so that its figures exist
+// per kernel.
+var representativeScenarios = map[string]bool{
+	"smoke": true, "nvmet-reset": true, "lio-reset": true, "netdev-recreate": true,
+	"ipv6": true, "siw-reset": true, "boot-completion": true, "shared-iser": true, "vlan": true,
+	"bench": true,
+}
+
+// kernelSeries is the kernels to boot: NVMET_REBIND_E2E_KERNELS, else
+// defaultKernels.
 func kernelSeries() []string {
 	if s := strings.Fields(os.Getenv(envKernels)); len(s) > 0 {
 		return s
 	}
-	return []string{"6.1", "6.12"}
+	return defaultKernels
+}
+
+// kernelRun is one kernel's boot with its scenarios.
+type kernelRun struct {
+	series    string
+	scenarios []string
+}
+
+// kernelPlan decides which scenarios (already selected by selectScenarios)
+// each kernel runs: every one on each kernel NVMET_REBIND_E2E_KERNELS names,
+// or with NVMET_REBIND_E2E_ALL=1; by default every one on fullKernels and
+// representativeScenarios on the others. Kernels left with none are not
+// booted.
+func kernelPlan(selected []string) []kernelRun {
+	explicit := len(strings.Fields(os.Getenv(envKernels))) > 0 || os.Getenv(envAll) == "1"
+	var plan []kernelRun
+	for _, series := range kernelSeries() {
+		var sc []string
+		for _, n := range selected {
+			base, _, _ := strings.Cut(n, "@")
+			if explicit || fullKernels[series] || representativeScenarios[base] {
+				sc = append(sc, n)
+			}
+		}
+		if len(sc) > 0 {
+			plan = append(plan, kernelRun{series, sc})
+		}
+	}
+	return plan
+}
+
+// systemdKernels are the kernels TestSystemd boots an image on:
+// NVMET_REBIND_E2E_KERNELS or, with NVMET_REBIND_E2E_ALL=1, all of
+// defaultKernels; by default the image's own: Debian 12 on its 6.1, Debian
+// 13 on its 6.12.
+func systemdKernels(codename string) []string {
+	if s := strings.Fields(os.Getenv(envKernels)); len(s) > 0 || os.Getenv(envAll) == "1" {
+		return kernelSeries()
+	}
+	if codename == "bookworm" {
+		return []string{"6.1"}
+	}
+	return []string{"6.12"}
 }
 
 // vmImage is everything needed to boot one kernel.
@@ -261,6 +331,12 @@ func prepareImage(t *testing.T, series string) *vmImage {
 	if img.siwErr != "" {
 		ov.Data["/e2e/siw-missing"] = []byte(firstLines(img.siwErr, 3) + "\n")
 	}
+	// Modules this kernel builds in or dropped (libcrc32c since 6.14):
+	// /init does not load them.
+	if absent := vm.AbsentModules(k); len(absent) > 0 {
+		t.Logf("%s: modules not in this kernel (built in or gone; not loaded): %s", k.Release, strings.Join(absent, " "))
+		ov.Data["/e2e/modules-absent"] = []byte(strings.Join(absent, " ") + "\n")
+	}
 	cache, _ := vm.CacheDir()
 	dir := filepath.Join(cache, "run")
 	os.MkdirAll(dir, 0o755)
@@ -272,7 +348,7 @@ func prepareImage(t *testing.T, series string) *vmImage {
 	if err := vm.ConcatFiles(img.initrd, base, overlay); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("kernel %s (%s %s) ready in %v", k.Release, k.Package, k.Version, time.Since(start).Round(time.Millisecond))
+	t.Logf("kernel %s (%s %s, %s layout, from %s) ready in %v", k.Release, k.Package, k.Version, k.Layout, k.Apt, time.Since(start).Round(time.Millisecond))
 	return img
 }
 

@@ -22,3 +22,62 @@ func TestSelectScenariosRepeat(t *testing.T) {
 		t.Errorf("no REPEAT: %q", got)
 	}
 }
+
+// The default plan: every scenario on 6.12 and newest, the representative
+// ones on 6.1 and 6.18; naming kernels, or NVMET_REBIND_E2E_ALL=1, runs
+// every selected scenario on each.
+func TestKernelPlan(t *testing.T) {
+	sel := []string{"smoke", "flapping", "nvmet-reset", "flapping@2", "smoke@2"}
+	show := func(p []kernelRun) map[string][]string {
+		m := map[string][]string{}
+		for _, r := range p {
+			m[r.series] = r.scenarios
+		}
+		return m
+	}
+	t.Setenv(envKernels, "")
+	t.Setenv(envAll, "")
+	got := show(kernelPlan(sel))
+	if len(got) != 4 || !slices.Equal(got["6.12"], sel) || !slices.Equal(got["newest"], sel) ||
+		!slices.Equal(got["6.1"], []string{"smoke", "nvmet-reset", "smoke@2"}) || !slices.Equal(got["6.18"], got["6.1"]) {
+		t.Errorf("default plan: %v", got)
+	}
+	if p := kernelPlan([]string{"flapping"}); len(p) != 2 || p[0].series != "6.12" || p[1].series != "newest" {
+		t.Errorf("a kernel with nothing to run is not booted: %v", p)
+	}
+	t.Setenv(envAll, "1")
+	for s, sc := range show(kernelPlan(sel)) {
+		if !slices.Equal(sc, sel) {
+			t.Errorf("ALL=1: %s runs %q", s, sc)
+		}
+	}
+	if k := systemdKernels("bookworm"); len(k) != 4 {
+		t.Errorf("ALL=1: systemd on %q", k)
+	}
+	t.Setenv(envAll, "")
+	t.Setenv(envKernels, "6.1 7.3")
+	if p := kernelPlan(sel); len(p) != 2 || p[0].series != "6.1" || !slices.Equal(p[0].scenarios, sel) || p[1].series != "7.3" {
+		t.Errorf("named kernels: %v", p)
+	}
+	if k := systemdKernels("trixie"); !slices.Equal(k, []string{"6.1", "7.3"}) {
+		t.Errorf("named kernels: systemd on %q", k)
+	}
+	t.Setenv(envKernels, "")
+	if k := systemdKernels("bookworm"); !slices.Equal(k, []string{"6.1"}) {
+		t.Errorf("default: Debian 12 on %q", k)
+	}
+	if k := systemdKernels("trixie"); !slices.Equal(k, []string{"6.12"}) {
+		t.Errorf("default: Debian 13 on %q", k)
+	}
+}
+
+func TestReleaseAtLeast(t *testing.T) {
+	for r, want := range map[string]bool{
+		"6.1.0-57-amd64": false, "6.12.117+deb12-amd64": false, "6.17.13+deb13-amd64": false,
+		"6.18.15+deb13-amd64": true, "7.3.4+deb13-amd64": true, "10.0.1": true, "x": false,
+	} {
+		if got := releaseAtLeast(r, 6, 18); got != want {
+			t.Errorf("releaseAtLeast(%s, 6.18) = %v", r, got)
+		}
+	}
+}

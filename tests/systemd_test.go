@@ -13,26 +13,71 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/tests/vm"
 )
 
-// TestSystemd installs the project's .deb into a Debian 12 image, boots it
-// under qemu with systemd 252 as PID 1 (real udevd, the LIO restore unit of
-// python3-rtslib-fb and an nvmet.service of the test's own), and runs
-// tests/guest/systemd/e2e-systemd in it: two boots on the same disk per
-// kernel. Each check is a subtest: TestSystemd/<kernel>/<boot>/<check>.
+// TestSystemd installs the project's .deb into Debian images — Debian 12
+// (systemd 252, where the package adds its systemd-252 drop-in) and
+// Debian 13 (systemd 257: the unit's own Type=notify-reload, no drop-in) —
+// boots each under qemu with systemd as PID 1 (real udevd, the LIO restore
+// unit of python3-rtslib-fb and an nvmet.service of the test's own), and
+// runs tests/guest/systemd/e2e-systemd in it: two boots on the same disk
+// per kernel. Each check is a subtest:
+// TestSystemd/<release>/<kernel>/<boot>/<check>.
 func TestSystemd(t *testing.T) {
 	skipUnlessVM(t)
-	root, err := vm.DebianRootfs()
+	plan, err := systemdPlan()
 	if err != nil {
-		if s, ok := err.(vm.ErrSkip); ok {
-			t.Skip(s.Msg)
-		}
-		t.Fatalf("Debian 12 image: %v", err)
+		t.Fatal(err)
 	}
-	deb := buildDeb(t)
-	for _, series := range kernelSeries() {
-		t.Run(series, func(t *testing.T) {
-			runSystemd(t, series, root, deb)
+	deb := ""
+	for _, p := range plan {
+		t.Run(p.release.Name, func(t *testing.T) {
+			root, err := vm.DebianRootfs(p.release.Codename)
+			if err != nil {
+				if s, ok := err.(vm.ErrSkip); ok {
+					t.Skip(s.Msg)
+				}
+				t.Fatalf("%s image: %v", p.release.Codename, err)
+			}
+			if deb == "" {
+				deb = buildDeb(t)
+			}
+			for _, series := range p.kernels {
+				t.Run(series, func(t *testing.T) {
+					runSystemd(t, p.release, series, root, deb)
+				})
+			}
 		})
 	}
+}
+
+// systemdRun is one image with the kernels it boots.
+type systemdRun struct {
+	release vm.DebianRelease
+	kernels []string
+}
+
+// systemdPlan: NVMET_REBIND_E2E_DISTROS picks images by name (default
+// all), each booting systemdKernels().
+func systemdPlan() ([]systemdRun, error) {
+	want := map[string]bool{}
+	for _, d := range strings.Fields(os.Getenv(envDistros)) {
+		want[d] = true
+	}
+	var plan []systemdRun
+	for _, r := range vm.DebianReleases {
+		if len(want) > 0 && !want[r.Name] {
+			continue
+		}
+		delete(want, r.Name)
+		plan = append(plan, systemdRun{r, systemdKernels(r.Codename)})
+	}
+	for d := range want {
+		var names []string
+		for _, r := range vm.DebianReleases {
+			names = append(names, r.Name)
+		}
+		return nil, fmt.Errorf("%s: unknown image %q (have %s)", envDistros, d, strings.Join(names, " "))
+	}
+	return plan, nil
 }
 
 var debOnce sync.Once
@@ -68,7 +113,7 @@ func buildDeb(t *testing.T) string {
 	return debFile
 }
 
-func runSystemd(t *testing.T, series, rootTar, deb string) {
+func runSystemd(t *testing.T, rel vm.DebianRelease, series, rootTar, deb string) {
 	start := time.Now()
 	k, err := vm.PrepareKernel(series)
 	if err != nil {
@@ -110,12 +155,12 @@ func runSystemd(t *testing.T, series, rootTar, deb string) {
 		"/etc/fstab":    {Data: []byte("/dev/vda / ext4 rw,errors=remount-ro 0 1\n")},
 	}
 	cache, _ := vm.CacheDir()
-	disk := filepath.Join(cache, "run", "systemd-"+k.Release+".img")
+	disk := filepath.Join(cache, "run", "systemd-"+rel.Name+"-"+k.Release+".img")
 	if err := vm.BuildDisk(disk, rootTar, []*vm.Kernel{k}, nil, files, 2048); err != nil {
 		t.Fatalf("disk image: %v", err)
 	}
 	defer os.Remove(disk)
-	t.Logf("image for %s ready in %v", k.Release, time.Since(start).Round(time.Millisecond))
+	t.Logf("%s image (%s, systemd %d) for %s ready in %v", rel.Name, rel.Codename, rel.Systemd, k.Release, time.Since(start).Round(time.Millisecond))
 
 	for _, b := range []struct {
 		name   string
@@ -128,12 +173,12 @@ func runSystemd(t *testing.T, series, rootTar, deb string) {
 		// The second boot runs whatever the first said: its checks do
 		// not depend on the first's beyond the installed package.
 		t.Run(b.name, func(t *testing.T) {
-			bootSystemd(t, k, initrd, disk, b.name, b.append, b.checks)
+			bootSystemd(t, rel.Name+"-"+k.Series, k, initrd, disk, b.name, b.append, b.checks)
 		})
 	}
 }
 
-func bootSystemd(t *testing.T, k *vm.Kernel, initrd, disk, name string, appendArgs, checks []string) {
+func bootSystemd(t *testing.T, label string, k *vm.Kernel, initrd, disk, name string, appendArgs, checks []string) {
 	timeout := 12 * time.Minute
 	if s := os.Getenv(envTimeout); s != "" {
 		d, err := time.ParseDuration(s)
@@ -154,7 +199,7 @@ func bootSystemd(t *testing.T, k *vm.Kernel, initrd, disk, name string, appendAr
 		Timeout: timeout,
 		OnLine: func(line string) {
 			if verbose {
-				fmt.Fprintf(os.Stderr, "[%s %s] %s\n", k.Series, name, line)
+				fmt.Fprintf(os.Stderr, "[%s %s] %s\n", label, name, line)
 			}
 			if i := strings.Index(line, "E2E "); i >= 0 && !strings.HasPrefix(line[i:], "E2E BEGIN") {
 				mu.Lock()
@@ -174,7 +219,7 @@ func bootSystemd(t *testing.T, k *vm.Kernel, initrd, disk, name string, appendAr
 		t.Errorf("the VM ended without E2E DONE (timed out=%v, qemu: %v)", res.TimedOut, res.ExitErr)
 	}
 	if failed || t.Failed() {
-		p := saveConsole(t, k.Series+"-systemd-"+name+"-console.log", res.Console)
+		p := saveConsole(t, label+"-systemd-"+name+"-console.log", res.Console)
 		t.Logf("console log: %s; its tail:\n%s", p, tail(res.Console, 40))
 	}
 }

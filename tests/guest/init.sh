@@ -34,6 +34,14 @@ done
 export E2E_BENCH=$BENCH
 
 info "kernel=$(uname -r) mode=$MODE scenarios=$SCENARIOS"
+# Modules of lib.sh's list that this kernel builds in or dropped (the
+# harness checked its modules.dep): not loaded.
+if [ -s /e2e/modules-absent ]; then
+	for _m in $(cat /e2e/modules-absent); do
+		MODULES=$(echo " $MODULES " | sed "s/ $_m / /; s/^ *//; s/ *\$//")
+	done
+	info "modules not in this kernel (built in or gone): $(cat /e2e/modules-absent)"
+fi
 load_modules || {
 	echo "E2E RESULT boot FAIL module loading failed"
 	echo "E2E DONE rc=1"

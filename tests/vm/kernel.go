@@ -7,17 +7,25 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 )
 
 // Kernel is one of Debian's stock kernels unpacked into the cache.
 type Kernel struct {
-	Series  string // "6.1" or "6.12"
+	Series  string // "6.1", "6.12", "6.18", "7.3", "newest"…: as asked for
 	Package string // linux-image-6.1.0-57-amd64
 	Version string // Debian package version, 6.1.192-3
 	Release string // uname -r, 6.1.0-57-amd64
-	Root    string // unpacked package (holds boot/ and lib/modules/)
+	Root    string // unpacked packages (hold lib/modules/<release>/ and the image)
 	Vmlinuz string
+	// Layout is "boot" (the image at boot/vmlinuz-<release>, Debian 12
+	// and the unsplit trixie-backports kernels) or "split" (Debian's split
+	// packages since 6.19: linux-image-X is empty and depends on
+	// linux-binary-X, whose image is usr/lib/modules/X/vmlinuz, and on
+	// linux-modules-X).
+	Layout string
+	Apt    *Apt // where its packages come from
 }
 
 // ModDir is lib/modules/<release> inside the unpacked package.
@@ -26,21 +34,69 @@ func (k *Kernel) ModDir() string { return filepath.Join(k.Root, "lib", "modules"
 // Name is the short name used in test names and artifact files.
 func (k *Kernel) Name() string { return k.Series }
 
+// NewestSeries is the alias of the newest kernel Debian's archive serves
+// (in trixie-backports), resolved at run time.
+const NewestSeries = "newest"
+
+// backportsSuite holds the kernels newer than Debian 12's: Debian 13's
+// backports (6.16 … 6.18 LTS … 7.x), reached through a private apt
+// configuration.
+const backportsSuite = "trixie-backports"
+
+var reSeries = regexp.MustCompile(`^[0-9]+\.[0-9]+$`)
+
+// KernelApt returns where the packages of a series come from: Debian 12's
+// 6.1 and 6.12 from the host's own apt (a Debian 12 host), every other
+// series ("6.18", "7.3", "newest") from trixie-backports through a private
+// apt configuration.
+func KernelApt(series string) (*Apt, error) {
+	switch {
+	case series == "6.1" || series == "6.12":
+		return HostApt, nil
+	case series == NewestSeries || reSeries.MatchString(series):
+		return PrivateApt(backportsSuite)
+	}
+	return nil, fmt.Errorf("unknown kernel series %q (want 6.1, 6.12, another major.minor such as 6.18 or 7.3, or %s)", series, NewestSeries)
+}
+
 // ResolveKernel finds which Debian package provides the kernel of a series:
 // "6.1" is what linux-image-amd64 depends on; "6.12" the newest
-// linux-image-6.12.*+deb12-amd64.
-func ResolveKernel(series string) (pkg, version string, err error) {
+// linux-image-6.12.*+deb12-amd64; any other major.minor the newest
+// linux-image-<major.minor>.*+deb13-amd64 of trixie-backports, and "newest"
+// the newest linux-image-*+deb13-amd64 there.
+func ResolveKernel(series string) (a *Apt, pkg, version string, err error) {
+	a, err = KernelApt(series)
+	if err != nil {
+		return nil, "", "", err
+	}
+	if a.Private() {
+		// Resolved at run time: the lists are updated once per process.
+		if err := a.Update(); err != nil {
+			return nil, "", "", err
+		}
+		out, err := a.Cache("search", "--names-only", `^linux-image-[0-9]+\.[0-9]+\.[0-9]+\+deb13-amd64$`)
+		if err != nil {
+			return nil, "", "", err
+		}
+		if pkg, err = pickImage(out, series); err == nil {
+			version, err = candidateVersion(a, pkg)
+		}
+		if err != nil {
+			return nil, "", "", fmt.Errorf("kernel %s from %s: %w", series, a, err)
+		}
+		return a, pkg, version, nil
+	}
 	for attempt := 0; attempt < 2; attempt++ {
 		pkg, err = resolvePackage(series)
 		if err == nil {
-			version, err = candidateVersion(pkg)
+			version, err = candidateVersion(a, pkg)
 		}
 		if err == nil {
-			return pkg, version, nil
+			return a, pkg, version, nil
 		}
 		if attempt == 0 && os.Geteuid() == 0 {
 			if uerr := AptUpdate(); uerr != nil {
-				return "", "", fmt.Errorf("%v (apt-get update: %v)", err, uerr)
+				return nil, "", "", fmt.Errorf("%v (apt-get update: %v)", err, uerr)
 			}
 		}
 	}
@@ -48,9 +104,82 @@ func ResolveKernel(series string) (pkg, version string, err error) {
 	// distribution (Ubuntu…) without it, the VM tests cannot run here:
 	// skip, saying how to make them run. On Debian 12 it is a failure.
 	if id, ver := osRelease(); !(id == "debian" && ver == "12") {
-		return "", "", ErrSkip{fmt.Sprintf("the guest kernels are Debian 12 packages and this host (%s %s) has none in apt (%v): add Debian bookworm's archive to apt, or run on Debian 12", id, ver, err)}
+		return nil, "", "", ErrSkip{fmt.Sprintf("the guest kernels are Debian 12 packages and this host (%s %s) has none in apt (%v): add Debian bookworm's archive to apt, or run on Debian 12", id, ver, err)}
 	}
-	return "", "", err
+	return nil, "", "", err
+}
+
+var reImage13 = regexp.MustCompile(`^linux-image-([0-9]+)\.([0-9]+)\.([0-9]+)\+deb13-amd64$`)
+
+// pickImage chooses, from an `apt-cache search --names-only` listing
+// ("<name> - <description>" lines), the linux-image-X.Y.Z+deb13-amd64 of
+// the series with the highest X.Y.Z: within X.Y for a "X.Y" series, among
+// all for "newest". -cloud and -rt flavours are not amd64's generic one
+// and never match.
+func pickImage(listing, series string) (string, error) {
+	best, bestV := "", [3]int{-1, -1, -1}
+	for _, l := range strings.Split(listing, "\n") {
+		name, _, _ := strings.Cut(strings.TrimSpace(l), " ")
+		m := reImage13.FindStringSubmatch(name)
+		if m == nil {
+			continue
+		}
+		var v [3]int
+		for i := range v {
+			v[i], _ = strconv.Atoi(m[i+1])
+		}
+		if series != NewestSeries && m[1]+"."+m[2] != series {
+			continue
+		}
+		if v[0] > bestV[0] || v[0] == bestV[0] && (v[1] > bestV[1] || v[1] == bestV[1] && v[2] > bestV[2]) {
+			best, bestV = name, v
+		}
+	}
+	if best == "" {
+		if series == NewestSeries {
+			return "", fmt.Errorf("no linux-image-*+deb13-amd64 listed")
+		}
+		return "", fmt.Errorf("no linux-image-%s.*+deb13-amd64 listed", series)
+	}
+	return best, nil
+}
+
+// kernelParts returns the packages to download for a kernel image package,
+// given its dependencies (apt-cache depends): the package itself, and the
+// linux-base-<abi> (modules.builtin, modules.order, config), linux-binary-<abi>
+// (the image) and linux-modules-<abi> (the modules) it depends on, with
+// <abi> the package's name without linux-image- (Debian 13's backports;
+// Debian 12's packages have none of them).
+func kernelParts(pkg string, deps []string) []string {
+	abi := strings.TrimPrefix(pkg, "linux-image-")
+	parts := []string{pkg}
+	seen := map[string]bool{pkg: true}
+	for _, d := range deps {
+		d = strings.TrimSpace(d)
+		for _, prefix := range []string{"linux-base-", "linux-binary-", "linux-modules-"} {
+			if d == prefix+abi && !seen[d] {
+				seen[d] = true
+				parts = append(parts, d)
+			}
+		}
+	}
+	return parts
+}
+
+// kernelImage finds the kernel image of release in an unpacked tree and
+// says which layout it has: boot/vmlinuz-<release> ("boot"), or
+// lib/modules/<release>/vmlinuz (or usr/lib/…: "split").
+func kernelImage(root, release string) (path, layout string, err error) {
+	for _, c := range []struct{ path, layout string }{
+		{filepath.Join(root, "boot", "vmlinuz-"+release), "boot"},
+		{filepath.Join(root, "usr", "lib", "modules", release, "vmlinuz"), "split"},
+		{filepath.Join(root, "lib", "modules", release, "vmlinuz"), "split"},
+	} {
+		if st, err := os.Stat(c.path); err == nil && st.Mode().IsRegular() {
+			return c.path, c.layout, nil
+		}
+	}
+	return "", "", fmt.Errorf("no kernel image in %s (neither boot/vmlinuz-%s nor usr/lib/modules/%s/vmlinuz)", root, release, release)
 }
 
 // osRelease returns ID and VERSION_ID of /etc/os-release.
@@ -75,8 +204,8 @@ func osRelease() (id, version string) {
 	return id, version
 }
 
-func depends(meta string) []string {
-	out, err := run("", "apt-cache", "depends", meta)
+func depends(a *Apt, meta string) []string {
+	out, err := a.Cache("depends", meta)
 	if err != nil {
 		return nil
 	}
@@ -98,7 +227,7 @@ var (
 func resolvePackage(series string) (string, error) {
 	switch series {
 	case "6.1":
-		for _, d := range depends("linux-image-amd64") {
+		for _, d := range depends(HostApt, "linux-image-amd64") {
 			if re61.MatchString(d) {
 				return d, nil
 			}
@@ -125,11 +254,11 @@ func resolvePackage(series string) (string, error) {
 		}
 		return best, nil
 	}
-	return "", fmt.Errorf("unknown kernel series %q (want 6.1 or 6.12)", series)
+	return "", fmt.Errorf("unknown kernel series %q for the host's apt (want 6.1 or 6.12)", series)
 }
 
-func candidateVersion(pkg string) (string, error) {
-	out, err := run("", "apt-cache", "policy", pkg)
+func candidateVersion(a *Apt, pkg string) (string, error) {
+	out, err := a.Cache("policy", pkg)
 	if err != nil {
 		return "", err
 	}
@@ -147,7 +276,7 @@ func candidateVersion(pkg string) (string, error) {
 }
 
 // debFile returns the cached .deb for pkg=version, downloading it if needed.
-func debFile(cache, pkg, version string) (string, error) {
+func debFile(cache string, a *Apt, pkg, version string) (string, error) {
 	dir := filepath.Join(cache, "debs")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
@@ -166,11 +295,11 @@ func debFile(cache, pkg, version string) (string, error) {
 		return f, nil
 	}
 	Log("downloading %s=%s", pkg, version)
-	if _, err := run(dir, "apt-get", "download", pkg+"="+version); err != nil {
-		if uerr := AptUpdate(); uerr != nil {
+	if _, err := a.Get(dir, "download", pkg+"="+version); err != nil {
+		if uerr := a.Update(); uerr != nil {
 			return "", err
 		}
-		if _, err := run(dir, "apt-get", "download", pkg+"="+version); err != nil {
+		if _, err := a.Get(dir, "download", pkg+"="+version); err != nil {
 			return "", err
 		}
 	}
@@ -217,22 +346,30 @@ func PrepareKernel(series string) (*Kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	pkg, version, err := ResolveKernel(series)
-	if err != nil {
-		return nil, err
-	}
-	deb, err := debFile(cache, pkg, version)
+	a, pkg, version, err := ResolveKernel(series)
 	if err != nil {
 		return nil, err
 	}
 	root := filepath.Join(cache, "kernels", pkg+"_"+sanitize(version))
 	if _, err := os.Stat(filepath.Join(root, ".complete")); err != nil {
-		Log("unpacking %s", filepath.Base(deb))
-		if err := unpack(root, deb); err != nil {
+		parts := []string{pkg}
+		if a.Private() {
+			parts = kernelParts(pkg, depends(a, pkg))
+		}
+		var debs []string
+		for _, p := range parts {
+			deb, err := debFile(cache, a, p, version)
+			if err != nil {
+				return nil, err
+			}
+			debs = append(debs, deb)
+		}
+		Log("unpacking %s", strings.Join(parts, " "))
+		if err := unpack(root, debs...); err != nil {
 			return nil, err
 		}
 	}
-	k := &Kernel{Series: series, Package: pkg, Version: version, Root: root}
+	k := &Kernel{Series: series, Package: pkg, Version: version, Root: root, Apt: a}
 	mods, _ := filepath.Glob(filepath.Join(root, "lib", "modules", "*"))
 	var rels []string
 	for _, m := range mods {
@@ -245,9 +382,8 @@ func PrepareKernel(series string) (*Kernel, error) {
 		return nil, fmt.Errorf("%s: expected one lib/modules/<release>, found %v", root, rels)
 	}
 	k.Release = rels[0]
-	k.Vmlinuz = filepath.Join(root, "boot", "vmlinuz-"+k.Release)
-	if _, err := os.Stat(k.Vmlinuz); err != nil {
-		return nil, fmt.Errorf("%s: no kernel image: %v", pkg, err)
+	if k.Vmlinuz, k.Layout, err = kernelImage(root, k.Release); err != nil {
+		return nil, fmt.Errorf("%s: %v", pkg, err)
 	}
 	if _, err := os.Stat(filepath.Join(k.ModDir(), "modules.dep")); err != nil {
 		if _, err := run("", "depmod", "-b", root, k.Release); err != nil {

@@ -25,24 +25,35 @@ var SystemdPackages = []string{
 // that cached images are rebuilt.
 const rootfsFormat = "rootfs-v1"
 
-// debianSources are the apt sources of the image (Debian 12 and its
-// updates), on the Debian mirror this host's own apt configuration uses
+// debianSources are the apt sources of an image of a Debian release
+// ("bookworm", "trixie": the release, its updates and its security
+// archive), on the Debian mirror this host's own apt configuration uses
 // (hostDebianMirror), or NVMET_REBIND_DEBIAN_MIRROR when set.
-func debianSources() ([]string, error) {
-	m, sec := strings.TrimSuffix(os.Getenv("NVMET_REBIND_DEBIAN_MIRROR"), "/"), ""
-	if m != "" {
-		m, sec = m+"/debian", m+"/debian-security"
-	} else {
-		var err error
-		if m, sec, err = hostDebianMirror("/etc/apt"); err != nil {
-			return nil, err
-		}
+func debianSources(release string) ([]string, error) {
+	m, sec, err := debianMirror()
+	if err != nil {
+		return nil, err
 	}
 	return []string{
-		"deb " + m + " bookworm main",
-		"deb " + m + " bookworm-updates main",
-		"deb " + sec + " bookworm-security main",
+		"deb " + m + " " + release + " main",
+		"deb " + m + " " + release + "-updates main",
+		"deb " + sec + " " + release + "-security main",
 	}, nil
+}
+
+// DebianRelease is one Debian release an image of the systemd test is made of.
+type DebianRelease struct {
+	Name     string // test name: "debian12"
+	Codename string // "bookworm"
+	Systemd  int    // its systemd's major version (documentation; the guest asks systemctl)
+}
+
+// DebianReleases are the releases of TestSystemd's images: Debian 12
+// (systemd 252: the unit needs the package's systemd-252 drop-in) and
+// Debian 13 (systemd 257: the unit's own Type=notify-reload, no drop-in).
+var DebianReleases = []DebianRelease{
+	{"debian12", "bookworm", 252},
+	{"debian13", "trixie", 257},
 }
 
 // hostDebianMirror reads the apt sources under dir (sources.list and
@@ -105,18 +116,21 @@ func hostDebianMirror(dir string) (archive, security string, err error) {
 	return archive, security, nil
 }
 
-// DebianRootfs builds (or reuses from the cache) a tar of a Debian 12
-// system made by mmdebstrap from Debian's archive, with SystemdPackages.
-// Root only (mmdebstrap's root mode keeps owners and device nodes).
-func DebianRootfs() (string, error) {
+// DebianRootfs builds (or reuses from the cache) a tar of a Debian system
+// of release ("bookworm", "trixie") made by mmdebstrap from Debian's
+// archive, with SystemdPackages. Root only (mmdebstrap's root mode keeps
+// owners and device nodes). The archive's signatures are checked with the
+// host's keyring (/etc/apt/trusted.gpg.d: Debian 12's debian-archive-keyring
+// also holds Debian 13's keys).
+func DebianRootfs(release string) (string, error) {
 	if os.Geteuid() != 0 {
-		return "", ErrSkip{"not root: mmdebstrap cannot build the Debian 12 image of the systemd test"}
+		return "", ErrSkip{"not root: mmdebstrap cannot build the " + release + " image of the systemd test"}
 	}
 	cache, err := CacheDir()
 	if err != nil {
 		return "", err
 	}
-	sources, err := debianSources()
+	sources, err := debianSources(release)
 	if err != nil {
 		return "", err
 	}
@@ -129,7 +143,7 @@ func DebianRootfs() (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	out := filepath.Join(dir, "bookworm-"+key+".tar")
+	out := filepath.Join(dir, release+"-"+key+".tar")
 	if _, err := os.Stat(out); err == nil {
 		return out, nil
 	}
@@ -139,7 +153,7 @@ func DebianRootfs() (string, error) {
 			return "", err
 		}
 	}
-	Log("building the Debian 12 image with mmdebstrap (%d packages and their dependencies)", len(pkgs))
+	Log("building the %s image with mmdebstrap (%d packages and their dependencies)", release, len(pkgs))
 	tmp := out + ".tmp"
 	args := []string{
 		"--variant=minbase", "--mode=root", "--format=tar",
@@ -152,7 +166,7 @@ func DebianRootfs() (string, error) {
 		"--dpkgopt=path-exclude=/usr/share/doc/*",
 		"--dpkgopt=path-include=/usr/share/doc/*/copyright",
 		"--include=" + strings.Join(pkgs, ","),
-		"bookworm", tmp,
+		release, tmp,
 	}
 	args = append(args, sources...)
 	if _, err := run("", "mmdebstrap", args...); err != nil {
