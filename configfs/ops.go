@@ -65,21 +65,73 @@ type OSOps struct {
 	walk bool // resolve as on kernels without openat2 (tests)
 }
 
-// ReadDirNames returns entries in creation order. configfs adds a new
-// dirent at the head of its parent's list, so readdir returns the newest
-// first; reversing gives creation order.
-func (OSOps) ReadDirNames(dir string) ([]string, error) {
+// ReadDirNames returns entries in creation order. configfs keeps a
+// directory's entries in a list and readdir walks it: up to Linux 6.12 (and
+// on every kernel before the change, whatever its number) a new directory
+// or link went at the head of its parent's list (configfs_new_dirent:
+// list_add), so readdir returns the newest first and reversing gives
+// creation order; Debian's 6.18 and 7.3 add them at the tail (creation
+// order already). Which one this kernel does is read from the kernel
+// itself (newestFirst), not guessed from its version.
+func (o OSOps) ReadDirNames(dir string) ([]string, error) {
+	names, err := readDirNames(dir)
+	if err != nil {
+		return nil, err
+	}
+	if newestFirst(o.Root) {
+		slices.Reverse(names)
+	}
+	return names, nil
+}
+
+func readDirNames(dir string) ([]string, error) {
 	f, err := bounded.OpenDir(dir, false) // a FIFO there fails at once; a symlink is not configfs's
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil, err
+	return f.Readdirnames(-1)
+}
+
+// listing remembers, per configfs root, whether readdir lists the newest
+// entry first (true) or in creation order (false), once it is known.
+var listing sync.Map // root → bool
+
+// newestFirst tells whether readdir under root lists directories and links
+// newest first. The kernel's own creations tell: nvmet makes its three
+// default groups in the order subsystems, ports, hosts when it loads
+// (nvmet_init_configfs), so the order readdir gives <root>/nvmet/ shows
+// the kernel's list discipline. Known once nvmet is loaded; until then
+// (and for a root without nvmet, as LIO-only hosts and some test trees
+// have) newest first is assumed, what every kernel did before 6.18 — LIO's
+// objects are not linked in an order that matters.
+func newestFirst(root string) bool {
+	if root == "" {
+		return true
 	}
-	slices.Reverse(names)
-	return names, nil
+	if v, ok := listing.Load(root); ok {
+		return v.(bool)
+	}
+	names, err := readDirNames(filepath.Join(root, "nvmet"))
+	if err != nil {
+		return true
+	}
+	v, known := newestFirstFrom(names)
+	if known {
+		listing.Store(root, v)
+	}
+	return v
+}
+
+// newestFirstFrom reads the list discipline from readdir's order of
+// nvmet/: hosts before subsystems is newest first (known false without
+// both).
+func newestFirstFrom(names []string) (v, known bool) {
+	subsys, hosts := slices.Index(names, "subsystems"), slices.Index(names, "hosts")
+	if subsys < 0 || hosts < 0 {
+		return true, false
+	}
+	return hosts < subsys, true
 }
 
 // readers bounds the directories ReadAttrs reads at a time: attribute reads

@@ -2,7 +2,6 @@ package tests
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -35,7 +34,6 @@ func TestE2E(t *testing.T) {
 
 func runKernel(t *testing.T, series string, scenarios []string) {
 	img := prepareImage(t, series)
-	scenarios = leaveOutKnown(t, img.kernel, scenarios)
 	if len(scenarios) == 0 {
 		return
 	}
@@ -131,60 +129,4 @@ func scenarioLog(ev vm.Events, name string, n int) string {
 		lines = append([]string{"…"}, lines[len(lines)-n:]...)
 	}
 	return "    " + strings.Join(lines, "\n    ")
-}
-
-// knownProductBug is a scenario the product fails on some kernels, for a
-// reason found and reported (not the harness's): the default plan leaves
-// it out there, as a skipped subtest saying why; naming the kernel
-// (NVMET_REBIND_E2E_KERNELS) or NVMET_REBIND_E2E_ALL=1 (make test-all)
-// runs it. Remove an entry once the product is fixed.
-type knownProductBug struct {
-	scenarios []string
-	affects   func(release string) bool
-	why       string
-}
-
-var knownProductBugs = []knownProductBug{{
-	scenarios: []string{"crash-resume", "cinder-nvmet", "bad-journal"},
-	// 6.1.192 and 6.12.117 list a directory's links newest first
-	// (configfs_new_dirent: list_add); 6.18.15 and 7.3.4 list links and
-	// directories in creation order (7.3's source: list_add_tail for
-	// CONFIGFS_PINNED). Measured on those four; the others were not run.
-	affects: func(r string) bool { return releaseAtLeast(r, 6, 18) },
-	why: "known product bug on this kernel: configfs lists a port's subsystem links in creation order here " +
-		"(newest first on 6.1 and 6.12), and the daemon re-creates them in the reverse of the listing order, " +
-		"so a relink reverses them (the scenario's link-order check fails); run it with NVMET_REBIND_E2E_KERNELS or make test-all",
-}}
-
-// leaveOutKnown removes the known product bugs of this kernel from the
-// default plan, each as a skipped subtest with the reason.
-func leaveOutKnown(t *testing.T, k *vm.Kernel, scenarios []string) []string {
-	if len(strings.Fields(getenv(envKernels))) > 0 || getenv(envAll) == "1" {
-		return scenarios
-	}
-	var keep []string
-	for _, n := range scenarios {
-		base, _, _ := strings.Cut(n, "@")
-		why := ""
-		for _, b := range knownProductBugs {
-			if b.affects(k.Release) && slices.Contains(b.scenarios, base) {
-				why = b.why
-			}
-		}
-		if why == "" {
-			keep = append(keep, n)
-			continue
-		}
-		t.Run(n, func(t *testing.T) { t.Skipf("%s: %s", k.Release, why) })
-	}
-	return keep
-}
-
-// releaseAtLeast compares a kernel release's major.minor ("7.3.4+deb13-amd64").
-func releaseAtLeast(release string, major, minor int) bool {
-	var a, b int
-	if n, _ := fmt.Sscanf(release, "%d.%d", &a, &b); n != 2 {
-		return false
-	}
-	return a > major || a == major && b >= minor
 }
