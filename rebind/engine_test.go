@@ -107,12 +107,13 @@ func TestHealthyIsUntouched(t *testing.T) {
 	w := newWorld(t)
 	w.k.AddPort("2", "tcp", "ipv4", "192.0.2.1", "4420")
 	w.k.LinkedPort("3", "0.0.0.0", "4430", nqnA)
+	w.k.TCPPort("4", "192.0.2.1", "4421", nqnA)
 	e := w.engine()
 	items := w.reconcile(e)
 	if log := w.k.LogStrings(); len(log) != 0 {
 		t.Fatalf("writes on a healthy target: %q", log)
 	}
-	want := map[string]string{"1": "listening", portal: "listening", "2": `transport "tcp" is not rdma`, "3": "wildcard address: the kernel re-listens on new devices by itself"}
+	want := map[string]string{"1": "listening", portal: "listening", "2": "not enabled: no subsystem linked", "4": "listening", "3": "wildcard address: the kernel re-listens on new devices by itself"}
 	for id, r := range want {
 		if got := item(items, id).Reason; got != r {
 			t.Errorf("%s: reason %q, want %q", id, got, r)
@@ -694,7 +695,10 @@ func TestPlanTable(t *testing.T) {
 		reason string
 	}{
 		{"dead port rebinds", port("1", "rdma", "192.0.2.1", nqnA), nil, rebind.ActRebindPort, "listener dead"},
-		{"tcp untouched", port("1", "tcp", "192.0.2.1", nqnA), nil, rebind.ActNone, `transport "tcp" is not rdma`},
+		{"tcp not listening relinks", port("1", "tcp", "192.0.2.1", nqnA), nil, rebind.ActRebindPort, "not listening (no TCP socket in LISTEN on 192.0.2.1:4420)"},
+		{"tcp address missing waits", port("1", "tcp", "203.0.113.1", nqnA), nil, rebind.ActNone, "waiting for 203.0.113.1 to appear on a netdev"},
+		{"tcp address without rdma is enough", port("1", "tcp", "198.51.100.1", nqnA), nil, rebind.ActRebindPort, "not listening"},
+		{"fc untouched", port("1", "fc", "192.0.2.1", nqnA), nil, rebind.ActNone, `transport "fc" is neither rdma nor tcp`},
 		{"wildcard untouched", port("1", "rdma", "0.0.0.0", nqnA), nil, rebind.ActNone, "wildcard address"},
 		{"outside subnet", port("1", "rdma", "192.0.2.1", nqnA), func(c *rebind.Config) { c.Watch = []netipPrefix{mustPrefix("198.51.100.0/24")} }, rebind.ActNone, "outside the watched subnets"},
 		{"inside subnet", port("1", "rdma", "192.0.2.1", nqnA), func(c *rebind.Config) { c.Watch = []netipPrefix{mustPrefix("192.0.2.0/24")} }, rebind.ActRebindPort, "listener dead"},

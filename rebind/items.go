@@ -80,8 +80,8 @@ func classifyPort(obs *Observed, i int, cfg Config) Item {
 	case port.Err != nil:
 		it.Reason = "not touched: " + port.Err.Error()
 		return it
-	case port.Trtype != configfs.TransportRDMA:
-		it.Reason = fmt.Sprintf("transport %q is not rdma", port.Trtype)
+	case port.Trtype != configfs.TransportRDMA && port.Trtype != configfs.TransportTCP:
+		it.Reason = fmt.Sprintf("transport %q is neither rdma nor tcp", port.Trtype)
 		if a.err == nil {
 			it.Address, it.Service = a.ap.Addr(), a.ap.Port()
 		}
@@ -93,7 +93,8 @@ func classifyPort(obs *Observed, i int, cfg Config) Item {
 		it.Reason = "not touched: " + a.err.Error()
 		return it
 	}
-	return unmanaged(it.Key, Endpoint{KindNvmet, a.ap}, obs)
+	ep, _ := portEndpoint(port, a)
+	return unmanaged(it.Key, ep, obs)
 }
 
 // classifyPortal is the status of a portal the engine does not manage.

@@ -1,6 +1,9 @@
 package rebind
 
 import (
+	"net/netip"
+	"slices"
+
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
 )
 
@@ -85,6 +88,28 @@ func judge(ep Endpoint, listenersKnown bool, ix *rdma.Index) Verdict {
 	v.EntryDev, v.EntryName, v.EntryPort = entry.DevIndex, entry.DevName, entry.Port
 	if d, ok := ix.Device(entry.DevIndex); ok {
 		v.EntryGUID = d.NodeGUID
+	}
+	return v
+}
+
+// judgeTCP is judge for an nvmet TCP port's listener, a kernel TCP socket:
+// listening when a socket in LISTEN has the port's address:port (a
+// wildcard port: that service on the wildcard address of its family),
+// else dead. There is no device: a TCP listener outlives its address and
+// its netdev (KERNEL.md), so it is never stranded; Carrier says only where
+// the address is.
+func judgeTCP(ep Endpoint, known bool, listening []netip.AddrPort, ix *rdma.Index) Verdict {
+	v := Verdict{State: StateUnknown}
+	if !ep.Addr.Addr().IsUnspecified() {
+		c := ix.Carrier(ep.Addr.Addr())
+		v.Carrier = Carried{Netdev: c.Addr.Netdev, Ifindex: c.Addr.Ifindex, Held: c.Held}
+	}
+	if !known {
+		return v
+	}
+	v.State = StateDead
+	if _, ok := slices.BinarySearchFunc(listening, ep.Addr, netip.AddrPort.Compare); ok {
+		v.State = StateListening
 	}
 	return v
 }

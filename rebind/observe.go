@@ -18,6 +18,16 @@ type Kernel interface {
 	Addrs() ([]rdma.Addr, error)
 }
 
+// TCPKernel is a Kernel that also lists the TCP sockets in LISTEN (local
+// address:port, sorted): whether nvmet-tcp listens on a port's address.
+// Without it, every TCP port's listener is unknown.
+type TCPKernel interface {
+	TCPListeners() ([]netip.AddrPort, error)
+}
+
+// errNoTCP is the TCP listeners' error with a Kernel that cannot list them.
+var errNoTCP = errors.New("the kernel view lists no TCP sockets")
+
 // GIDReuser is a Kernel that can list devices reusing the GID tables of
 // an earlier listing for the ports it had (rdma.Live): the verification
 // at the end of a round reads the devices with the round's GID tables
@@ -73,6 +83,10 @@ type Observed struct {
 	// ListenersErr is set when the cm_id table could not be read: whether
 	// anything listens is then unknown and no rebind is planned.
 	ListenersErr error
+	// TCP are the TCP sockets in LISTEN (sorted), TCPErr why they could
+	// not be read: nvmet TCP ports' listeners are then unknown.
+	TCP    []netip.AddrPort
+	TCPErr error
 	Journal      map[Key]Intent
 	JournalErrs  []error // journal entries quarantined at start or unreadable now
 	// Declared is what nvmetcli's/targetcli's saved configs declare;
@@ -131,7 +145,13 @@ func (o *Observed) entryAt(ep Endpoint) int32 {
 	}
 	i := int32(len(o.eps.list))
 	o.eps.at[k] = i
-	o.eps.list = append(o.eps.list, endpointEntry{ep: ep, v: judge(ep, o.ListenersErr == nil, o.index), first: -1, last: -1})
+	var v Verdict
+	if ep.Kind == KindTCP {
+		v = judgeTCP(ep, o.TCPErr == nil, o.TCP, o.index)
+	} else {
+		v = judge(ep, o.ListenersErr == nil, o.index)
+	}
+	o.eps.list = append(o.eps.list, endpointEntry{ep: ep, v: v, first: -1, last: -1})
 	return i
 }
 
@@ -238,14 +258,23 @@ func (o *Observed) indexPortal(i int) {
 	}
 }
 
-// portEndpoint is Ports[i]'s endpoint, when it is an RDMA port with an
-// address (a wildcard included).
+// portEndpoint is Ports[i]'s endpoint, when it is an RDMA or TCP port
+// with an address (a wildcard included).
 func (o *Observed) portEndpoint(i int) (Endpoint, bool) {
-	p, a := o.Ports[i], o.portAddr[i]
-	if p.Trtype != configfs.TransportRDMA || a.err != nil {
+	return portEndpoint(o.Ports[i], o.portAddr[i])
+}
+
+func portEndpoint(p configfs.Port, a parsedAddr) (Endpoint, bool) {
+	if a.err != nil {
 		return Endpoint{}, false
 	}
-	return Endpoint{KindNvmet, a.ap}, true
+	switch p.Trtype {
+	case configfs.TransportRDMA:
+		return Endpoint{KindNvmet, a.ap}, true
+	case configfs.TransportTCP:
+		return Endpoint{KindTCP, a.ap}, true
+	}
+	return Endpoint{}, false
 }
 
 // observe reads the kernel, the journal, the saved configs and configfs,
@@ -274,6 +303,10 @@ func (e *Engine) observe(cfg Config, prev []rdma.Device, into *rdma.Index) (Obse
 		obs.ListenersErr = obs.DevicesErr
 	} else {
 		obs.Listeners, obs.ListenersErr = e.opt.Kernel.CMIDs(obs.Devices)
+	}
+	obs.TCP, obs.TCPErr = nil, errNoTCP
+	if t, ok := e.opt.Kernel.(TCPKernel); ok {
+		obs.TCP, obs.TCPErr = t.TCPListeners()
 	}
 	obs.unknown = unknownReason(obs.ListenersErr)
 	into.Reindex(obs.Devices, obs.Addrs, obs.Listeners)
@@ -314,8 +347,8 @@ func (e *Engine) observe(cfg Config, prev []rdma.Device, into *rdma.Index) (Obse
 		var a parsedAddr
 		a.ap, a.err = p.Addr()
 		ei := int32(-1) // the port's entry in the endpoint index
-		if p.Err == nil && p.Trtype == configfs.TransportRDMA && a.err == nil {
-			ei = obs.entryAt(Endpoint{KindNvmet, a.ap})
+		if ep, ok := portEndpoint(p, a); ok && p.Err == nil {
+			ei = obs.entryAt(ep)
 		}
 		needLinks := true
 		if _, journaled := obs.Journal[Key{KindNvmet, p.ID}]; ei >= 0 && !journaled && !declared[p.ID] && !a.ap.Addr().IsUnspecified() {

@@ -124,7 +124,7 @@ func decide(obs *Observed, mem Memory, cfg Config, sel Selection) Planned {
 		start := len(slab)
 		obs.objects(e, func(i int) {
 			var hd holder
-			if e.ep.Kind == KindNvmet {
+			if e.ep.Kind.ports() {
 				if _, ok := managedPort(obs, i, cfg); !ok {
 					return
 				}
@@ -240,7 +240,7 @@ func planEndpoint(d *decision, g *group, obs *Observed, mem Memory, cfg Config) 
 	v := obs.verdict(ep)
 	var h Heal
 	var expected bool
-	if ep.Kind == KindNvmet {
+	if ep.Kind.ports() {
 		expected, h = planPorts(g, v.State, obs)
 	} else {
 		expected, h = planPortals(g, v.State)
@@ -339,17 +339,25 @@ func planEndpoint(d *decision, g *group, obs *Observed, mem Memory, cfg Config) 
 func stateReason(ep Endpoint, st State, v Verdict, obs *Observed) string {
 	switch st {
 	case StateNone:
-		if ep.Kind == KindNvmet {
+		if ep.Kind.ports() {
 			return "not enabled: no subsystem linked"
 		}
 		return "iser is 0: no iSER listener configured"
 	case StateUnknown:
+		if ep.Kind == KindTCP {
+			return unknownReason(obs.TCPErr)
+		}
 		return obs.unknown
 	case StateListening:
 		return "listening"
 	case StateDead:
-		if ep.Kind == KindLIO {
+		switch {
+		case ep.Kind == KindLIO:
 			return "listener dead (iser reads 1)"
+		case ep.Kind == KindTCP && !v.Carrier.Held:
+			return "not listening: " + ep.Addr.Addr().String() + " is on no netdev (the kernel refuses the link until it is)"
+		case ep.Kind == KindTCP:
+			return "not listening (no TCP socket in LISTEN on " + ep.Addr.String() + ")"
 		}
 		return "listener dead"
 	case StateStranded:

@@ -61,6 +61,10 @@ func gate(ep Endpoint, keys []Key, v Verdict, obs *Observed, mem Memory, cfg Con
 		return &hold{why: fmt.Sprintf("waiting: addresses unknown (%v)", obs.AddrsErr), clockFree: true}
 	case !c.Held:
 		return &hold{why: fmt.Sprintf("waiting for %s to appear on a netdev", ep.Addr.Addr()), clockFree: true}
+	case ep.Kind == KindTCP:
+		// A TCP bind needs only the address: no device, GID table,
+		// removal, repair or pinning.
+		return tcpGate(ep, keys, v, obs, mem, cfg)
 	case !c.HasDev:
 		return &hold{why: fmt.Sprintf("waiting for an RDMA device to carry %s on %s (no GID table entry yet)", ep.Addr.Addr(), c.Netdev), until: recheck(obs.EventAt, now)}
 	}
@@ -90,6 +94,24 @@ func gate(ep Endpoint, keys []Key, v Verdict, obs *Observed, mem Memory, cfg Con
 				return &hold{why: fmt.Sprintf("pinned: was on node GUID %s, %s is now on %s (GUID %s)", rdma.FormatGUID(pin), ep.Addr.Addr(), c.Dev, rdma.FormatGUID(c.GUID))}
 			}
 		}
+	}
+	if t, ok := mem.NextTry[ep]; ok && now.Before(t) {
+		return &hold{why: fmt.Sprintf("retry in %v", t.Sub(now).Round(time.Millisecond)), until: t}
+	}
+	return nil
+}
+
+// tcpGate is gate's rest for a TCP endpoint whose address is up: the
+// forced retry, the give-up timer and backoff.
+func tcpGate(ep Endpoint, keys []Key, v Verdict, obs *Observed, mem Memory, cfg Config) *hold {
+	for _, k := range keys {
+		if mem.Forced[k] {
+			return nil
+		}
+	}
+	now := obs.Now
+	if since := deadSince(mem, ep, v.State, now); v.State.down() && giveUp(cfg, since, now) {
+		return &hold{why: fmt.Sprintf("gave up: not listening for more than give_up_after=%v (run `nvmet-rebind rebind %s` or reload to try again)", cfg.GiveUpAfter, keys[0].ID), gaveUp: true, clockFree: true}
 	}
 	if t, ok := mem.NextTry[ep]; ok && now.Before(t) {
 		return &hold{why: fmt.Sprintf("retry in %v", t.Sub(now).Round(time.Millisecond)), until: t}

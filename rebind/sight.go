@@ -105,7 +105,7 @@ func (o *Observed) sight(cfg Config) Sight {
 		}
 	}
 	for _, p := range o.Ports {
-		if p.Err == nil || p.Trtype != "" && p.Trtype != configfs.TransportRDMA {
+		if p.Err == nil || p.Trtype != "" && p.Trtype != configfs.TransportRDMA && p.Trtype != configfs.TransportTCP {
 			continue
 		}
 		if ap, err := p.Addr(); err == nil && (ap.Addr().IsUnspecified() || !watched(cfg, ap.Addr())) {

@@ -67,7 +67,7 @@ func TestProbeConfigfs(t *testing.T) {
 }
 
 // sight counts an object unreadable when the engine might manage it: an
-// RDMA (or unknown) transport and a watched (or unknown) address.
+// RDMA, TCP (or unknown) transport and a watched (or unknown) address.
 func TestSightUnreadable(t *testing.T) {
 	bad := errors.New("garbage")
 	portal := func(np string, err error) configfs.Portal {
@@ -80,7 +80,8 @@ func TestSightUnreadable(t *testing.T) {
 			{ID: "1", Trtype: "rdma", Adrfam: "ipv4", Traddr: "192.0.2.1", Trsvcid: "4420", Err: errors.New("nvmet port 1: link outside")},
 			{ID: "2", Trtype: "rdma", Adrfam: "ipv4", Traddr: "198.51.100.1", Trsvcid: "4420", Err: bad}, // outside the watched subnets
 			{ID: "3", Trtype: "", Err: errors.New("nvmet port 3: addr_trtype: EIO")},                     // transport unknown
-			{ID: "4", Trtype: "tcp", Err: bad},                                              // not RDMA
+			{ID: "4", Trtype: "tcp", Err: errors.New("nvmet port 4: addr_traddr: EIO")},    // TCP, address unknown
+			{ID: "7", Trtype: "fc", Err: bad},                                               // neither RDMA nor TCP
 			{ID: "5", Trtype: "rdma", Traddr: "0.0.0.0", Trsvcid: "4420", Err: bad},         // wildcard: never managed
 			{ID: "6", Trtype: "rdma", Adrfam: "ipv4", Traddr: "192.0.2.6", Trsvcid: "4420"}, // fine
 		},
@@ -94,7 +95,7 @@ func TestSightUnreadable(t *testing.T) {
 	}
 	cfg := Config{Watch: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}
 	s := obs.sight(cfg)
-	want := []string{"nvmet port 1: link outside", "nvmet port 3: addr_trtype: EIO", "lio portal a: iser: EIO", "lio target iqn.x: EACCES", "lio target iqn.y: EIO"}
+	want := []string{"nvmet port 1: link outside", "nvmet port 3: addr_trtype: EIO", "nvmet port 4: addr_traddr: EIO", "lio portal a: iser: EIO", "lio target iqn.x: EACCES", "lio target iqn.y: EIO"}
 	if strings.Join(s.Unreadable, "|") != strings.Join(want, "|") {
 		t.Errorf("unreadable\n got %q\nwant %q", s.Unreadable, want)
 	}

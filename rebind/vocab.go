@@ -15,13 +15,18 @@ import (
 // entry) and reads and writes as its name in JSON.
 type Kind uint8
 
-// The two kinds of listener the engine heals (the zero Kind is none).
+// The kinds of listener the engine heals (the zero Kind is none). A Key
+// (a configfs object) is KindNvmet or KindLIO; an Endpoint (a kernel
+// listener) is KindNvmet for an nvmet RDMA port's, KindTCP for an nvmet
+// TCP port's (a kernel TCP socket, not an rdma_cm listener), KindLIO for
+// an iSER portal's.
 const (
 	KindNvmet Kind = iota + 1
 	KindLIO
+	KindTCP
 )
 
-var kindNames = [...]string{"", "nvmet", "lio"}
+var kindNames = [...]string{"", "nvmet", "lio", "nvmet-tcp"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -46,11 +51,17 @@ func (k *Kind) UnmarshalText(b []byte) error {
 
 // owner is the RES_KERN_NAME of the kind's listeners.
 func (k Kind) owner() string {
-	if k == KindLIO {
+	switch k {
+	case KindLIO:
 		return "ib_isert"
+	case KindTCP:
+		return "nvmet_tcp"
 	}
 	return "nvmet_rdma"
 }
+
+// ports tells an endpoint kind whose objects are nvmet ports.
+func (k Kind) ports() bool { return k == KindNvmet || k == KindTCP }
 
 // Key identifies a configfs object: an nvmet port id or a LIO portal id.
 type Key struct {
@@ -101,24 +112,31 @@ type epKey struct {
 	ip   [16]byte
 	port uint16
 	is4  bool
-	lio  bool
+	kind Kind
 }
 
 func (e Endpoint) key() epKey {
 	a := e.Addr.Addr()
-	return epKey{ip: a.As16(), port: e.Addr.Port(), is4: a.Is4(), lio: e.Kind == KindLIO}
+	return epKey{ip: a.As16(), port: e.Addr.Port(), is4: a.Is4(), kind: e.Kind}
 }
 
-// compareEndpoints orders nvmet endpoints before LIO ones (configfs order
-// of the objects), then by address.
+// compareEndpoints orders nvmet endpoints (RDMA, then TCP) before LIO
+// ones (configfs order of the objects), then by address.
 func compareEndpoints(a, b Endpoint) int {
 	if a.Kind != b.Kind {
-		if a.Kind == KindNvmet {
-			return -1
-		}
-		return 1
+		return kindRank(a.Kind) - kindRank(b.Kind)
 	}
 	return a.Addr.Compare(b.Addr)
+}
+
+func kindRank(k Kind) int {
+	switch k {
+	case KindNvmet:
+		return 0
+	case KindTCP:
+		return 1
+	}
+	return 2
 }
 
 // State is what the kernel says of an endpoint's listener: the one fact

@@ -46,8 +46,9 @@ import (
 
 // The owners the Fake binds listeners for, as the cm_id table names them.
 const (
-	NVMET = "nvmet_rdma" // an nvmet port's listener; its id is the port id
-	ISER  = "ib_isert"   // an iSER np's listener; its id is the np's address:port
+	NVMET    = "nvmet_rdma" // an nvmet port's listener; its id is the port id
+	NVMETTCP = "nvmet_tcp"  // an nvmet TCP port's listener (a TCP socket); its id is the port id
+	ISER     = "ib_isert"   // an iSER np's listener; its id is the np's address:port
 )
 
 // Binder is the RDMA side of the kernel as the nvmet and LIO code use it
@@ -372,15 +373,19 @@ func (k *Fake) portLinks(id string) int {
 	return len(ents)
 }
 
-func (k *Fake) portAddr(id string) (netip.AddrPort, error) {
+// portAddr is the address the port's listener binds and its owner (NVMET
+// or NVMETTCP); invalid for other transports, which bind nothing here.
+func (k *Fake) portAddr(id string) (netip.AddrPort, string, error) {
 	p, err := configfs.New(k.Root).Port(id)
 	if err != nil {
-		return netip.AddrPort{}, err
+		return netip.AddrPort{}, "", err
 	}
-	if p.Trtype != "rdma" {
-		return netip.AddrPort{}, nil
+	owner := map[configfs.Transport]string{configfs.TransportRDMA: NVMET, configfs.TransportTCP: NVMETTCP}[p.Trtype]
+	if owner == "" {
+		return netip.AddrPort{}, "", nil
 	}
-	return p.Addr()
+	a, err := p.Addr()
+	return a, owner, err
 }
 
 func (k *Fake) symlink(link, target string) error {
@@ -395,17 +400,17 @@ func (k *Fake) symlink(link, target string) error {
 		return &os.LinkError{Op: "symlink", Old: target, New: link, Err: syscall.EEXIST}
 	}
 	if k.portLinks(id) == 0 {
-		addr, err := k.portAddr(id)
+		addr, owner, err := k.portAddr(id)
 		if err != nil {
 			return &os.LinkError{Op: "symlink", Old: target, New: link, Err: syscall.EINVAL}
 		}
 		if addr.IsValid() {
 			for other, a := range k.enabled {
-				if _, alive := k.bind.Bound(NVMET, other); other != id && a == addr && alive {
+				if _, alive := k.bind.Bound(owner, other); other != id && a == addr && alive {
 					return &os.LinkError{Op: "symlink", Old: target, New: link, Err: syscall.EADDRINUSE}
 				}
 			}
-			if err := k.bind.Bind(NVMET, id, addr); err != nil {
+			if err := k.bind.Bind(owner, id, addr); err != nil {
 				return &os.LinkError{Op: "symlink", Old: target, New: link, Err: err}
 			}
 			k.enabled[id] = addr
@@ -436,7 +441,8 @@ func (k *Fake) remove(p string) error {
 		k.dropChild(p)
 		if _, on := k.enabled[id]; on && k.portLinks(id) == 0 {
 			delete(k.enabled, id)
-			k.bind.Unbind(NVMET, id)
+			_, owner, _ := k.portAddr(id)
+			k.bind.Unbind(owner, id)
 		}
 		return nil
 	}
@@ -547,8 +553,9 @@ func (k *Fake) String() string {
 	defer k.mu.Unlock()
 	var s []string
 	for id, a := range k.enabled {
-		_, alive := k.bind.Bound(NVMET, id)
-		s = append(s, fmt.Sprintf("nvmet port %s on %s alive=%v", id, a, alive))
+		_, owner, _ := k.portAddr(id)
+		_, alive := k.bind.Bound(owner, id)
+		s = append(s, fmt.Sprintf("%s port %s on %s alive=%v", owner, id, a, alive))
 	}
 	for a, n := range k.nps {
 		_, alive := k.bind.Bound(ISER, a.String())

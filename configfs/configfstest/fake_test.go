@@ -66,7 +66,7 @@ func TestEnableOnFirstLinkDisableOnLast(t *testing.T) {
 	a, bb := configfs.Link{Name: "nqn.a", NQN: "nqn.a"}, configfs.Link{Name: "nqn.b", NQN: "nqn.b"}
 	must(t, f.Relink("1", a))
 	must(t, f.Relink("1", bb))
-	must(t, f.Relink("2", a)) // not rdma: nothing binds
+	must(t, f.Relink("2", a)) // tcp: a TCP socket, bound through the same binder
 	if !k.Listening(configfstest.NVMET, "1") || k.ListeningOn(configfstest.NVMET, "1") != "dev0" {
 		t.Fatal("first link did not enable port 1")
 	}
@@ -82,7 +82,7 @@ func TestEnableOnFirstLinkDisableOnLast(t *testing.T) {
 		t.Fatal("unlinking the last link left the listener")
 	}
 	must(t, k.WriteAttr(filepath.Join(k.Root, "nvmet/ports/1/addr_traddr"), "192.0.2.2"))
-	if diff := cmp.Diff([]string{"bind nvmet_rdma 1 192.0.2.1:4420", "unbind nvmet_rdma 1"}, b.calls); diff != "" {
+	if diff := cmp.Diff([]string{"bind nvmet_rdma 1 192.0.2.1:4420", "bind nvmet_tcp 2 192.0.2.1:4420", "unbind nvmet_rdma 1"}, b.calls); diff != "" {
 		t.Errorf("binder calls (-want +got):\n%s", diff)
 	}
 }

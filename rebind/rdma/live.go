@@ -2,7 +2,10 @@ package rdma
 
 import (
 	"errors"
+	"net/netip"
 	"sync"
+
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/sockdiag"
 )
 
 // Live is the running kernel: RDMA netlink for devices and cm_ids, sysfs
@@ -105,6 +108,11 @@ func (l *Live) CMIDs(devs []Device) ([]CMID, error) {
 
 // Addrs returns the IP addresses of every netdev.
 func (l *Live) Addrs() ([]Addr, error) { return Addrs() }
+
+// TCPListeners returns the local address:port of every TCP socket in
+// LISTEN (sock_diag): nvmet-tcp's listeners among them. It needs no RDMA
+// stack.
+func (l *Live) TCPListeners() ([]netip.AddrPort, error) { return sockdiag.TCPListeners() }
 
 // Close releases the RDMA socket.
 func (l *Live) Close() error {

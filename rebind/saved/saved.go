@@ -40,7 +40,7 @@ func ParseNvmetcli(name string, b []byte) ([]rebind.Declared, error) {
 		if _, err := strconv.ParseUint(id, 10, 16); err != nil {
 			return nil, fmt.Errorf("nvmetcli config %s: ports[%d]: portid %q is not a port number", name, i, id)
 		}
-		if p.Addr["trtype"] != "rdma" {
+		if t := p.Addr["trtype"]; t != "rdma" && t != "tcp" {
 			continue
 		}
 		ip, err := netip.ParseAddr(p.Addr["traddr"])

@@ -35,6 +35,7 @@ func TestParseSavedConfigs(t *testing.T) {
 	}
 	want := []string{
 		"nvmet 1 192.0.2.1:4420 nqn.2024-01.lab:a,nqn.2024-01.lab:b,nqn.2024-01.lab:deleted",
+		"nvmet 2 192.0.2.1:4420 nqn.2024-01.lab:a", // tcp: completed as rdma ports are
 		"nvmet 9 [2001:db8::1]:4420 nqn.2024-01.lab:a",
 		"lio iqn.2024-01.lab:t/tpgt_1/192.0.2.1:3260 192.0.2.1:3260",
 		"lio iqn.2024-01.lab:t/tpgt_1/[2001:db8::1]:3260 [2001:db8::1]:3260",

@@ -20,6 +20,9 @@
 //   - removing an address does not touch listeners; a listener stays on
 //     the device it was bound on when its address moves (MoveAddr): it is
 //     stranded;
+//   - an nvmet_tcp listener is a TCP socket (TCPListeners): refused with
+//     EADDRNOTAVAIL while no netdev holds its address, never bound to a
+//     device, outliving its address and netdev; never in the cm_id table;
 //   - the cm_id table (CMIDs) is what RDMA netlink shows: address-bound
 //     listeners on their device with port 1 and a zero destination, and
 //     CMIDCalls counts the dumps; CMIDsErr makes the dump fail.
@@ -44,7 +47,11 @@ type listenerKey struct {
 type listener struct {
 	addr netip.AddrPort
 	dev  string // "" for wildcard
+	tcp  bool   // a TCP socket (nvmet_tcp), not an rdma_cm listener
 }
+
+// tcpOwner is the owner whose listeners are TCP sockets (configfstest.NVMETTCP).
+const tcpOwner = "nvmet_tcp"
 
 type device struct {
 	index     uint32
@@ -72,6 +79,8 @@ type Kernel struct {
 	HoldGIDs bool
 	// CMIDsErr, when set, is returned by CMIDs (e.g. rdma.ErrUnsupported).
 	CMIDsErr error
+	// TCPErr, when set, is returned by TCPListeners.
+	TCPErr error
 }
 
 // New returns a kernel with no netdev, no device and no listener.
@@ -208,6 +217,17 @@ func (k *Kernel) KillListener(owner, id string) {
 func (k *Kernel) Bind(owner, id string, addr netip.AddrPort) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if owner == tcpOwner {
+		// nvmet-tcp binds a TCP socket without IP_FREEBIND: refused
+		// with EADDRNOTAVAIL while no netdev holds the address; once up
+		// it outlives the address, its netdev and every RDMA device.
+		if !addr.Addr().IsUnspecified() && k.netdevOf(addr.Addr()) == "" {
+			return syscall.EADDRNOTAVAIL
+		}
+		k.listen[listenerKey{owner, id}] = listener{addr: addr, tcp: true}
+		k.sorted = nil
+		return nil
+	}
 	dev, err := k.bind(addr)
 	if err != nil {
 		return err
@@ -339,6 +359,9 @@ func (k *Kernel) CMIDs(devs []rdma.Device) ([]rdma.CMID, error) {
 	for _, d := range k.devs {
 		for _, key := range keys {
 			l := k.listen[key]
+			if l.tcp {
+				continue
+			}
 			c := rdma.CMID{DevIndex: d.index, DevName: d.name, State: rdma.CMStateListen, PS: 0x106, Src: l.addr, KernName: key.owner, CMIDN: d.cmidn}
 			switch {
 			case l.dev == d.name:
@@ -377,6 +400,25 @@ func (k *Kernel) keys() []listenerKey {
 	})
 	k.sorted = keys // until the listeners change
 	return keys
+}
+
+// TCPListeners implements the engine's TCP view (rebind.TCPKernel): the
+// address:port of every nvmet_tcp listener, sorted, as sock_diag lists
+// the sockets in LISTEN.
+func (k *Kernel) TCPListeners() ([]netip.AddrPort, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.TCPErr != nil {
+		return nil, k.TCPErr
+	}
+	var out []netip.AddrPort
+	for _, l := range k.listen {
+		if l.tcp {
+			out = append(out, l.addr)
+		}
+	}
+	slices.SortFunc(out, netip.AddrPort.Compare)
+	return slices.Compact(out), nil
 }
 
 // CMIDCalls counts CMIDs calls (one dump per reconcile is the goal).

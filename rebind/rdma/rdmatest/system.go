@@ -51,6 +51,25 @@ func (s *System) String() string { return s.Fake.String() + " | " + s.Kernel.Str
 // links or with addresses that do not parse are Fake.AddPort's.
 func (s *System) LinkedPort(id, ip, svc string, nqns ...string) {
 	s.tb.Helper()
+	s.linkedPort("rdma", id, ip, svc, nqns...)
+}
+
+// TCPPort is LinkedPort for an nvmet TCP port: it listens (a TCP socket)
+// once its first link is made, which fails the test while no netdev holds
+// ip (AddPort and AdminLink build a port the kernel refused).
+func (s *System) TCPPort(id, ip, svc string, nqns ...string) {
+	s.tb.Helper()
+	s.linkedPort("tcp", id, ip, svc, nqns...)
+}
+
+// AdminLink links subsystem nqn to port id as the admin's `ln -s` (or a
+// saved config's restore) would, and returns the kernel's refusal.
+func (s *System) AdminLink(id, nqn string) error {
+	return configfs.NewWithOps(s.Root, s.Admin()).Relink(id, configfs.Link{Name: nqn, NQN: nqn})
+}
+
+func (s *System) linkedPort(trtype, id, ip, svc string, nqns ...string) {
+	s.tb.Helper()
 	a, err := netip.ParseAddr(ip)
 	if err != nil {
 		s.tb.Fatalf("rdmatest: nvmet port %s: %v", id, err)
@@ -62,7 +81,7 @@ func (s *System) LinkedPort(id, ip, svc string, nqns ...string) {
 	for _, nqn := range nqns {
 		s.AddSubsystem(nqn) // a no-op when it exists
 	}
-	s.AddPort(id, "rdma", adrfam, ip, svc)
+	s.AddPort(id, trtype, adrfam, ip, svc)
 	admin := configfs.NewWithOps(s.Root, s.Admin())
 	for _, nqn := range nqns {
 		if err := admin.Relink(id, configfs.Link{Name: nqn, NQN: nqn}); err != nil {
