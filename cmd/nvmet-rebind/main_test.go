@@ -161,7 +161,7 @@ func TestDaemonNotifyAndControl(t *testing.T) {
 			Reason  string `json:"reason"`
 		} `json:"listeners"`
 	}
-	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Source != "daemon" || len(r.Listeners) != 1 || r.Listeners[0].Managed {
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Source != "daemon" || len(r.Listeners) != 1 || r.Listeners[0].Reason != "not enabled: no subsystem linked" {
 		t.Errorf("status --json (exit %d): %s", code, out)
 	}
 	// A reload through the socket is the same reload as SIGHUP.
