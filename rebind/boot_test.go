@@ -51,6 +51,16 @@ func TestBootCompletion(t *testing.T) {
 	if r := item(items, "1").Reason; !strings.Contains(r, "nqn.2024-01.lab:deleted") {
 		t.Errorf("absent subsystem not reported: %q", r)
 	}
+	// Within the window, an admin's unlink of a declared link that was in
+	// place, and iser=0 on a declared portal, are not fought either.
+	w.clk.advance(10 * time.Second)
+	must(t, admin.Unlink("1", configfs.Link{Name: nqnA, NQN: nqnA}))
+	must(t, admin.SetISER(portal, false))
+	w.k.ResetLog()
+	w.reconcile(e)
+	if log := w.k.LogStrings(); len(log) != 0 {
+		t.Errorf("fought the admin within the window: %q", log)
+	}
 	// After the window, an admin's unlink is not fought.
 	w.clk.advance(2 * time.Minute)
 	must(t, admin.Unlink("1", configfs.Link{Name: nqnB, NQN: nqnB}))

@@ -25,17 +25,21 @@ type Memory struct {
 	// Forced objects were asked for by `nvmet-rebind rebind`: give-up,
 	// graces and backoff do not hold their endpoint back, once.
 	Forced map[Key]bool
+	// Settled are the saved configs' declarations seen in place during
+	// the boot window: boot completion never makes one again (an admin's
+	// unlink or iser=0 after it is respected). Kept across reloads.
+	Settled map[Settled]bool
 }
 
 // NewMemory returns an empty memory.
 func NewMemory() Memory {
 	return Memory{DeadSince: map[Endpoint]time.Time{}, NextTry: map[Endpoint]time.Time{}, Backoff: map[Endpoint]time.Duration{},
-		AliveOn: map[Endpoint]uint32{}, Pins: map[Key]uint64{}, Forced: map[Key]bool{}}
+		AliveOn: map[Endpoint]uint32{}, Pins: map[Key]uint64{}, Forced: map[Key]bool{}, Settled: map[Settled]bool{}}
 }
 
 func (m Memory) clone() Memory {
 	return Memory{DeadSince: maps.Clone(m.DeadSince), NextTry: maps.Clone(m.NextTry), Backoff: maps.Clone(m.Backoff),
-		AliveOn: maps.Clone(m.AliveOn), Pins: maps.Clone(m.Pins), Forced: maps.Clone(m.Forced)}
+		AliveOn: maps.Clone(m.AliveOn), Pins: maps.Clone(m.Pins), Forced: maps.Clone(m.Forced), Settled: maps.Clone(m.Settled)}
 }
 
 // Backoff bounds for refused or unverified binds.
@@ -79,6 +83,11 @@ func Learn(mem Memory, eps iter.Seq[EndpointState], items []Item, now time.Time)
 	pinsChanged := false
 	alive := 0 // entries of AliveOn that are endpoints of eps
 	for e := range eps {
+		for _, s := range e.Settled {
+			if !out.Settled[s] {
+				cow(&w.settled, &out.Settled)[s] = true
+			}
+		}
 		if t := deadSince(mem, e.Endpoint, e.State, now); !t.IsZero() {
 			if old, ok := out.DeadSince[e.Endpoint]; !ok || !old.Equal(t) {
 				cow(&w.deadSince, &out.DeadSince)[e.Endpoint] = t
@@ -150,7 +159,7 @@ func Learn(mem Memory, eps iter.Seq[EndpointState], items []Item, now time.Time)
 }
 
 // written records which of a Memory's maps a pure update has copied.
-type written struct{ deadSince, nextTry, backoff, aliveOn, pins, forced bool }
+type written struct{ deadSince, nextTry, backoff, aliveOn, pins, forced, settled bool }
 
 // cow returns *m for writing: the first write copies it (the map of the
 // memory given to a pure update is never written).

@@ -23,6 +23,17 @@ type EndpointState struct {
 	// inputs ends, never the clock (its address on no netdev, pin_device,
 	// given up).
 	Held bool
+	// Settled are what saved configs declare for its objects that this
+	// observation shows in place (a link, iser=1): once seen, a later
+	// absence is the admin's doing, and boot completion leaves it.
+	Settled []Settled
+}
+
+// Settled is one declared link (NQN) of an nvmet port, or the iser=1 of a
+// LIO portal (NQN empty), seen in place during the boot window.
+type Settled struct {
+	Key Key
+	NQN string
 }
 
 // Planned is the result of Plan.
@@ -139,7 +150,7 @@ func decide(obs *Observed, mem Memory, cfg Config, sel Selection) Planned {
 				hd.intent = &in
 			}
 			if d := declared[hd.key]; d != nil && d.Addr == e.ep.Addr {
-				hd.boot = d
+				hd.boot = unsettled(d, hd.key, mem)
 			}
 			slab = append(slab, hd)
 		})
@@ -183,6 +194,57 @@ func decide(obs *Observed, mem Memory, cfg Config, sel Selection) Planned {
 	}
 	p.Heals = append(p.Heals, dropGone(obs)...)
 	return p
+}
+
+// unsettled is what d declares for k that was never seen in place (nil:
+// nothing): what boot completion may still make. A declared link or
+// iser=1 seen once and gone later was removed by the admin.
+func unsettled(d *Declared, k Key, mem Memory) *Declared {
+	if len(mem.Settled) == 0 {
+		return d
+	}
+	if d.Kind == KindLIO {
+		if mem.Settled[Settled{k, ""}] {
+			return nil
+		}
+		return d
+	}
+	var nqns []string
+	for _, n := range d.NQNs {
+		if !mem.Settled[Settled{k, n}] {
+			nqns = append(nqns, n)
+		}
+	}
+	if len(nqns) == len(d.NQNs) {
+		return d
+	}
+	if len(nqns) == 0 {
+		return nil
+	}
+	out := *d
+	out.NQNs = nqns
+	return &out
+}
+
+// settled are the declarations of hd (hd.boot: those not yet settled)
+// that the observation shows in place.
+func settled(hd holder) []Settled {
+	if hd.boot == nil {
+		return nil
+	}
+	if hd.portal != nil {
+		if hd.portal.ISER {
+			return []Settled{{hd.key, ""}}
+		}
+		return nil
+	}
+	var out []Settled
+	for _, n := range hd.boot.NQNs {
+		if slices.ContainsFunc(hd.port.Links, func(l configfs.Link) bool { return l.NQN == n }) {
+			out = append(out, Settled{hd.key, n})
+		}
+	}
+	return out
 }
 
 // dropGone forgets the journal entries whose object is gone: the admin
@@ -260,6 +322,7 @@ func planEndpoint(d *decision, g *group, obs *Observed, mem Memory, cfg Config) 
 		if sharing(hd) {
 			es.Keys = append(es.Keys, hd.key)
 		}
+		es.Settled = append(es.Settled, settled(hd)...)
 	}
 	reason := stateReason(ep, es.State, v, obs)
 	var retryAt time.Time

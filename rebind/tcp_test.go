@@ -61,6 +61,19 @@ func TestTCPBootCompletion(t *testing.T) {
 	if it := item(items, "2"); it.State != rebind.StateListening {
 		t.Errorf("address gone: state %v %q, want listening", it.State, it.Reason)
 	}
+
+	// Within the window, the admin unlinks the declared subsystem: that
+	// is respected (the link was seen in place), not completed again.
+	w.clk.advance(10 * time.Second)
+	must(t, w.k.AdminUnlink("2", nqnA))
+	w.k.ResetLog()
+	items = w.reconcile(e)
+	if log := w.k.LogStrings(); len(log) != 0 {
+		t.Errorf("fought the admin's unlink within the window: %q", log)
+	}
+	if it := item(items, "2"); it.State != rebind.StateNone {
+		t.Errorf("after the admin's unlink: state %v %q, want none", it.State, it.Reason)
+	}
 }
 
 // A host without RDMA: the RDMA tables fail, TCP ports are still judged

@@ -68,6 +68,12 @@ func (s *System) AdminLink(id, nqn string) error {
 	return configfs.NewWithOps(s.Root, s.Admin()).Relink(id, configfs.Link{Name: nqn, NQN: nqn})
 }
 
+// AdminUnlink removes the link of subsystem nqn from port id as the
+// admin's `rm` would.
+func (s *System) AdminUnlink(id, nqn string) error {
+	return configfs.NewWithOps(s.Root, s.Admin()).Unlink(id, configfs.Link{Name: nqn, NQN: nqn})
+}
+
 func (s *System) linkedPort(trtype, id, ip, svc string, nqns ...string) {
 	s.tb.Helper()
 	a, err := netip.ParseAddr(ip)
