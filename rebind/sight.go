@@ -18,8 +18,17 @@ import (
 type Sight struct {
 	Configfs ConfigfsSight
 	// Netlink is why the RDMA tables (devices, the cm_id table) could not
-	// be read: the listeners' state is then unknown (ListenersErr).
+	// be read: the RDMA listeners' state is then unknown (ListenersErr).
 	Netlink error
+	// RDMAWanted: configfs holds RDMA objects (an nvmet RDMA port, a
+	// portal with iser=1): RDMA netlink missing is then a fault, not a
+	// host without RDMA (a TCP-only target).
+	RDMAWanted bool
+	// TCP is why the TCP sockets in LISTEN could not be read (sock_diag):
+	// nvmet TCP ports' listeners are then unknown. TCPWanted: there are
+	// nvmet TCP ports.
+	TCP       error
+	TCPWanted bool
 	// Addrs is why the netdevs' addresses could not be read (rtnetlink):
 	// no heal runs while it is set.
 	Addrs error
@@ -95,8 +104,15 @@ func ProbeConfigfs(root string) ConfigfsSight {
 // sight is what the observation saw, with cfg's watched subnets and saved
 // configs.
 func (o *Observed) sight(cfg Config) Sight {
-	s := Sight{Configfs: o.Configfs, Netlink: o.ListenersErr, Addrs: o.AddrsErr,
+	s := Sight{Configfs: o.Configfs, Netlink: o.ListenersErr, Addrs: o.AddrsErr, TCP: o.TCPErr,
 		NvmetWanted: cfg.NvmetConfig != "", LIOWanted: cfg.TargetConfig != ""}
+	for _, p := range o.Ports {
+		s.RDMAWanted = s.RDMAWanted || p.Trtype == configfs.TransportRDMA
+		s.TCPWanted = s.TCPWanted || p.Trtype == configfs.TransportTCP
+	}
+	for _, p := range o.Portals {
+		s.RDMAWanted = s.RDMAWanted || p.ISER
+	}
 	for k := range o.Journal {
 		if k.Kind == KindNvmet {
 			s.NvmetWanted = true

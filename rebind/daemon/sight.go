@@ -65,7 +65,7 @@ const (
 
 // sightState is what the daemon last said of each condition.
 type sightState struct {
-	configfs, nvmet, lio, netlink, addrs fact
+	configfs, nvmet, lio, netlink, addrs, tcp fact
 }
 
 // update compares a round's Sight with what was last said and returns the
@@ -124,9 +124,22 @@ func (s *sightState) update(sg rebind.Sight) []sightLine {
 	if sg.Netlink != nil {
 		now = bad
 	}
+	// Without RDMA on a host that has RDMA objects: a warning; on a host
+	// with none (a TCP-only target, no ib_core), said once at info.
+	level := slog.LevelInfo
+	if sg.RDMAWanted {
+		level = slog.LevelWarn
+	}
 	say(&s.netlink, now,
-		warn("RDMA netlink unavailable: listener state unknown, nothing is healed", "err", sg.Netlink),
-		info("RDMA netlink available again: listeners are judged"))
+		sightLine{level, "RDMA netlink unavailable: RDMA listeners (nvmet-rdma, iSER) unknown and not healed; NVMe/TCP ports are still judged and completed", []any{"err", sg.Netlink}},
+		info("RDMA netlink available again: RDMA listeners are judged"))
+	now = good
+	if sg.TCP != nil && sg.TCPWanted {
+		now = bad
+	}
+	say(&s.tcp, now,
+		warn("TCP listeners unreadable (sock_diag): NVMe/TCP ports' listeners unknown, none completed", "err", sg.TCP),
+		info("TCP listeners readable again"))
 	now = good
 	if sg.Addrs != nil {
 		now = bad

@@ -34,7 +34,13 @@ func TestSightTransitions(t *testing.T) {
 	noNvmetWanted := with(func(s *rebind.Sight) { s.Configfs.Nvmet, s.NvmetWanted = false, true })
 	noLIO := with(func(s *rebind.Sight) { s.Configfs.LIO = false })
 	none := with(func(s *rebind.Sight) { s.Configfs.Nvmet, s.Configfs.LIO = false, false })
-	netlink := with(func(s *rebind.Sight) { s.Netlink = errors.New("rdma netlink: protocol not supported") })
+	netlink := with(func(s *rebind.Sight) {
+		s.Netlink, s.RDMAWanted = errors.New("rdma netlink: protocol not supported"), true
+	})
+	tcpOnly := with(func(s *rebind.Sight) {
+		s.Netlink, s.TCPWanted = errors.New("rdma netlink: protocol not supported"), true
+	})
+	tcpBlind := with(func(s *rebind.Sight) { s.TCP, s.TCPWanted = errors.New("sock_diag: EPERM"), true })
 	addrs := with(func(s *rebind.Sight) { s.Addrs = errors.New("rtnetlink: EPERM") })
 	fine := with(func(*rebind.Sight) {})
 
@@ -94,6 +100,16 @@ func TestSightTransitions(t *testing.T) {
 			name:   "RDMA netlink unavailable: warned once, info when back",
 			rounds: []rebind.Sight{netlink, netlink, fine},
 			want:   [][]line{{{W, "RDMA netlink unavailable"}}, nil, {{I, "RDMA netlink available again"}}},
+		},
+		{
+			name:   "no RDMA netlink on a host with no RDMA object (TCP only): said once at info",
+			rounds: []rebind.Sight{tcpOnly, tcpOnly, fine},
+			want:   [][]line{{{I, "RDMA netlink unavailable"}}, nil, {{I, "RDMA netlink available again"}}},
+		},
+		{
+			name:   "TCP listeners unreadable with TCP ports: warned once, info when back",
+			rounds: []rebind.Sight{tcpBlind, tcpBlind, fine},
+			want:   [][]line{{{W, "TCP listeners unreadable"}}, nil, {{I, "TCP listeners readable again"}}},
 		},
 		{
 			name:   "addresses unreadable: warned once, info when back",

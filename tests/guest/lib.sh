@@ -158,11 +158,12 @@ nvmet_subsys() {
 }
 
 # nvmet_port ID ADDR SVC
+# nvmet_port ID ADDR SVC [TRTYPE]: a port (rdma unless TRTYPE says tcp).
 nvmet_port() {
 	_fam=ipv4
 	case "$2" in *:*) _fam=ipv6 ;; esac
 	mkdir "$N/ports/$1" || return 1
-	echo rdma >"$N/ports/$1/addr_trtype" &&
+	echo "${4:-rdma}" >"$N/ports/$1/addr_trtype" &&
 		echo $_fam >"$N/ports/$1/addr_adrfam" &&
 		echo "$2" >"$N/ports/$1/addr_traddr" &&
 		echo "$3" >"$N/ports/$1/addr_trsvcid"
@@ -174,8 +175,10 @@ nvmet_linked() { [ -L "$N/ports/$1/subsystems/$2" ]; }
 links_order() { find "$N/ports/$1/subsystems" -mindepth 1 -maxdepth 1 | sed 's|.*/||' | tr '\n' ' '; }
 
 # discover ADDR SVC [NQN]: nvme discover over RDMA works (and lists NQN).
+# discover ADDR SVC [NQN] [TRTYPE]: nvme discover over rdma (or TRTYPE);
+# with NQN, it must be in the log page.
 discover() {
-	nvme discover -t rdma -a "$1" -s "$2" >"$W/discover.out" 2>&1 || {
+	nvme discover -t "${4:-rdma}" -a "$1" -s "$2" >"$W/discover.out" 2>&1 || {
 		sed 's/^/      discover: /' "$W/discover.out" | head -n 5
 		return 1
 	}

@@ -8,6 +8,7 @@
 //	e2eutil since US                          ms elapsed since US (one decimal)
 //	e2eutil listening -comm C -addr A -port P [-dev D] [-wild]
 //	                                          exit 0 if such a LISTEN cm_id exists now
+//	                                          (-comm tcp: a TCP socket in LISTEN)
 //	e2eutil wait-listen ... [-absent] [-since US] [-timeout 10s] [-interval 20ms]
 //	                                          poll until present (or absent); print ms since US
 //	e2eutil status < json                     one line per listener: key=value …
@@ -86,7 +87,7 @@ func srcMatches(src string, addr netip.Addr, port string) bool {
 
 func listen(cmd string, args []string) int {
 	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
-	comm := fs.String("comm", "", "kernel name of the cm_id owner: nvmet_rdma or ib_isert (empty: any)")
+	comm := fs.String("comm", "", "kernel name of the cm_id owner: nvmet_rdma or ib_isert (empty: any); tcp: a TCP socket in LISTEN (/proc/net/tcp, tcp6)")
 	addr := fs.String("addr", "", "listening address")
 	port := fs.String("port", "", "listening port")
 	dev := fs.String("dev", "", "RDMA device name (empty: any)")
@@ -127,7 +128,58 @@ func listen(cmd string, args []string) int {
 	}
 }
 
+// tcpListening reads /proc/net/tcp and tcp6 (not sock_diag, which the
+// daemon uses: an independent witness) for a socket in LISTEN (state 0A)
+// on addr:port. The kernel prints each address as the bytes of its 32-bit
+// words in host order (little-endian here): 192.0.2.1:4420 is
+// 010200C0:1144.
+func tcpListening(addr netip.Addr, port string) (bool, error) {
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return false, err
+	}
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return false, err
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			fs := strings.Fields(line)
+			if len(fs) < 4 || fs[3] != "0A" {
+				continue
+			}
+			hexAddr, hexPort, ok := strings.Cut(fs[1], ":")
+			if !ok {
+				continue
+			}
+			lp, err := strconv.ParseUint(hexPort, 16, 16)
+			if err != nil || lp != p {
+				continue
+			}
+			raw := make([]byte, len(hexAddr)/2)
+			for i := range raw {
+				v, err := strconv.ParseUint(hexAddr[2*i:2*i+2], 16, 8)
+				if err != nil {
+					return false, fmt.Errorf("%s: %q", f, fs[1])
+				}
+				raw[i] = byte(v)
+			}
+			for w := 0; w+4 <= len(raw); w += 4 { // each 32-bit word little-endian
+				raw[w], raw[w+1], raw[w+2], raw[w+3] = raw[w+3], raw[w+2], raw[w+1], raw[w]
+			}
+			a, ok := netip.AddrFromSlice(raw)
+			if ok && a.Unmap() == addr.Unmap() {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
 func present(comm string, addr netip.Addr, port, dev string, wild bool) (bool, error) {
+	if comm == "tcp" {
+		return tcpListening(addr, port)
+	}
 	out, err := exec.Command("rdma", "-j", "resource", "show", "cm_id").Output()
 	if err != nil {
 		return false, fmt.Errorf("rdma resource show cm_id: %v", err)
