@@ -85,10 +85,10 @@ type Observed struct {
 	ListenersErr error
 	// TCP are the TCP sockets in LISTEN (sorted), TCPErr why they could
 	// not be read: nvmet TCP ports' listeners are then unknown.
-	TCP    []netip.AddrPort
-	TCPErr error
-	Journal      map[Key]Intent
-	JournalErrs  []error // journal entries quarantined at start or unreadable now
+	TCP         []netip.AddrPort
+	TCPErr      error
+	Journal     map[Key]Intent
+	JournalErrs []error // journal entries quarantined at start or unreadable now
 	// Declared is what nvmetcli's/targetcli's saved configs declare;
 	// BootUntil ends the window in which it is completed.
 	Declared  []Declared

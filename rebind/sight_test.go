@@ -80,7 +80,7 @@ func TestSightUnreadable(t *testing.T) {
 			{ID: "1", Trtype: "rdma", Adrfam: "ipv4", Traddr: "192.0.2.1", Trsvcid: "4420", Err: errors.New("nvmet port 1: link outside")},
 			{ID: "2", Trtype: "rdma", Adrfam: "ipv4", Traddr: "198.51.100.1", Trsvcid: "4420", Err: bad}, // outside the watched subnets
 			{ID: "3", Trtype: "", Err: errors.New("nvmet port 3: addr_trtype: EIO")},                     // transport unknown
-			{ID: "4", Trtype: "tcp", Err: errors.New("nvmet port 4: addr_traddr: EIO")},    // TCP, address unknown
+			{ID: "4", Trtype: "tcp", Err: errors.New("nvmet port 4: addr_traddr: EIO")},                  // TCP, address unknown
 			{ID: "7", Trtype: "fc", Err: bad},                                               // neither RDMA nor TCP
 			{ID: "5", Trtype: "rdma", Traddr: "0.0.0.0", Trsvcid: "4420", Err: bad},         // wildcard: never managed
 			{ID: "6", Trtype: "rdma", Adrfam: "ipv4", Traddr: "192.0.2.6", Trsvcid: "4420"}, // fine
