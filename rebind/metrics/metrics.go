@@ -36,7 +36,7 @@ type Collector struct {
 func NewCollector(eng *rebind.Engine, events *udev.Stats) *Collector {
 	return &Collector{
 		eng: eng, events: events,
-		listeners:     prometheus.NewDesc(ns+"_listeners", "RDMA listeners by kind and state: managed, alive, dead, stranded (LISTEN on a device that no longer carries the address), unknown (managed and expected ones only for the last four).", []string{"kind", "state"}, nil),
+		listeners:     prometheus.NewDesc(ns+"_listeners", "Listeners by kind (nvmet: nvmet-rdma, nvmet-tcp, lio: iSER) and state: managed, alive, dead, stranded (LISTEN on a device that no longer carries the address), unknown (managed and expected ones only for the last four).", []string{"kind", "state"}, nil),
 		givenUp:       prometheus.NewDesc(ns+"_listeners_given_up", "Managed listeners dead or stranded for more than give_up_after: no longer healed until a reload or `nvmet-rebind rebind`.", []string{"kind"}, nil),
 		rebinds:       prometheus.NewDesc(ns+"_rebinds_total", "Rebind attempts by result: ok, refused (address/device not ready), unverified (no LISTEN after), error.", []string{"result"}, nil),
 		latency:       prometheus.NewDesc(ns+"_last_relisten_seconds", "Time from the first write of the last successful rebind to LISTEN verified.", nil, nil),
@@ -64,7 +64,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	snap := c.eng.Snapshot()
 	counts := map[[2]string]float64{}
 	givenUp := map[string]float64{}
-	for _, k := range []string{"nvmet", "lio"} {
+	for _, k := range []string{"nvmet", "nvmet-tcp", "lio"} {
 		for _, s := range []string{"managed", "alive", "dead", "stranded", "unknown"} {
 			counts[[2]string{k, s}] = 0
 		}
@@ -74,7 +74,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if !it.Managed {
 			continue
 		}
-		k := it.Kind.String()
+		k := it.Endpoint.Kind.String() // nvmet (RDMA), nvmet-tcp or lio
 		counts[[2]string{k, "managed"}]++
 		h := it.Health()
 		if h == rebind.HealthNone {

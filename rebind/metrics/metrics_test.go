@@ -13,6 +13,7 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/metrics"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma/rdmatest"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/saved"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
 	"github.com/nvmet-rebind/nvmet-rebind/udev"
 )
@@ -84,6 +85,42 @@ func TestMetricsGivenUp(t *testing.T) {
 		`nvmet_rebind_listeners_given_up{kind="nvmet"} 1`,
 		`nvmet_rebind_listeners{kind="nvmet",state="dead"} 1`,
 		`nvmet_rebind_rebinds_total{result="ok"} 0`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+}
+
+// NVMe/TCP ports count under kind nvmet-tcp: one listening, one whose
+// address is on no netdev (declared, not listening: dead).
+func TestMetricsTCP(t *testing.T) {
+	k, j := portWorld(t)
+	k.AddNetdev("eth1")
+	k.AddAddr("eth1", "192.0.2.7")
+	k.TCPPort("2", "192.0.2.7", "4420", "nqn.a")
+	k.AddPort("3", "tcp", "ipv4", "192.0.2.9", "4420")
+	if err := k.AdminLink("3", "nqn.a"); err == nil {
+		t.Fatal("a TCP link with its address absent was accepted")
+	}
+	dir := t.TempDir()
+	cfgJSON := `{"ports": [{"portid": 3, "addr": {"trtype": "tcp", "adrfam": "ipv4", "traddr": "192.0.2.9", "trsvcid": "4420"}, "subsystems": ["nqn.a"]}]}`
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfgJSON), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := rebind.DefaultConfig()
+	cfg.NvmetConfig, cfg.BootWindow = filepath.Join(dir, "config.json"), time.Hour
+	e := rebind.New(rebind.Options{Tree: k.FS(), Kernel: k, Store: j, Config: cfg, Declared: saved.Load})
+	if _, err := e.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	metrics.Handler(metrics.NewCollector(e, nil)).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for _, want := range []string{
+		`nvmet_rebind_listeners{kind="nvmet-tcp",state="alive"} 1`,
+		`nvmet_rebind_listeners{kind="nvmet-tcp",state="dead"} 1`,
+		`nvmet_rebind_listeners{kind="nvmet",state="alive"} 1`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q:\n%s", want, body)
