@@ -2,13 +2,18 @@
 // NETLINK_SOCK_DIAG (inet_diag), kernel sockets included: nvmet-tcp's
 // listener is one (KERNEL.md, "NVMe/TCP at boot"). It asks the kernel for
 // the LISTEN state only, so a target with thousands of connected queues
-// sends no more than its listeners.
+// sends no more than its listeners. Where the kernel has no TCP sock_diag
+// (tcp_diag not loaded and not loadable: module autoloading off, or not
+// built), it reads /proc/net/tcp and tcp6 instead.
 package sockdiag
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"strconv"
+	"strings"
 )
 
 // The wire format (linux/inet_diag.h, linux/sock_diag.h).
@@ -53,4 +58,41 @@ func parse(b []byte) (ap netip.AddrPort, listening bool, err error) {
 		return netip.AddrPort{}, false, fmt.Errorf("sock_diag: address family %d, want AF_INET or AF_INET6", family)
 	}
 	return netip.AddrPortFrom(ip, port), state == tcpListen, nil
+}
+
+// parseProcNet reads /proc/net/tcp or tcp6 text: the local address:port
+// of every socket in LISTEN (st 0A). The kernel prints an address as its
+// 32-bit words, each in host byte order (little-endian on every
+// architecture Debian builds this for but s390x, ppc64 and the like:
+// native order is what is undone), and the port in hex.
+func parseProcNet(name string, b []byte) ([]netip.AddrPort, error) {
+	var out []netip.AddrPort
+	lines := strings.Split(string(b), "\n")
+	for i, line := range lines {
+		f := strings.Fields(line)
+		if i == 0 || len(f) == 0 {
+			continue // the header, the last newline
+		}
+		if len(f) < 4 {
+			return nil, fmt.Errorf("%s line %d: %d fields", name, i+1, len(f))
+		}
+		if f[3] != "0A" {
+			continue
+		}
+		ha, hp, ok := strings.Cut(f[1], ":")
+		raw, err := hex.DecodeString(ha)
+		if !ok || err != nil || (len(raw) != 4 && len(raw) != 16) {
+			return nil, fmt.Errorf("%s line %d: local address %q", name, i+1, f[1])
+		}
+		port, err := strconv.ParseUint(hp, 16, 16)
+		if err != nil {
+			return nil, fmt.Errorf("%s line %d: local port %q", name, i+1, f[1])
+		}
+		for w := 0; w < len(raw); w += 4 {
+			binary.BigEndian.PutUint32(raw[w:w+4], binary.NativeEndian.Uint32(raw[w:w+4]))
+		}
+		ip, _ := netip.AddrFromSlice(raw)
+		out = append(out, netip.AddrPortFrom(ip.Unmap(), uint16(port)))
+	}
+	return out, nil
 }

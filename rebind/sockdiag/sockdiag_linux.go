@@ -5,8 +5,11 @@ package sockdiag
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"slices"
+
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -16,8 +19,49 @@ import (
 // TCPListeners returns the local address:port of every TCP socket in
 // LISTEN, IPv4 and IPv6 (an IPv4-mapped address unmapped), sorted, without
 // duplicates. An interrupted dump (the table changed meanwhile) is read
-// again, up to three times, then reported.
+// again, up to three times, then reported. Where the kernel answers that
+// it has no TCP sock_diag (ENOENT: tcp_diag not loaded, and not loadable),
+// /proc/net/tcp and tcp6 are read instead.
 func TCPListeners() ([]netip.AddrPort, error) {
+	out, err := diag()
+	if errors.Is(err, unix.ENOENT) {
+		var perr error
+		if out, perr = procNet(); perr != nil {
+			return nil, fmt.Errorf("%w; and %w (modprobe tcp_diag)", err, perr)
+		}
+		err = nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b netip.AddrPort) int { return a.Compare(b) })
+	return slices.Compact(out), nil
+}
+
+// maxProcNet bounds a read of /proc/net/tcp (150 bytes a socket: some
+// 400,000 sockets).
+const maxProcNet = 64 << 20
+
+func procNet() ([]netip.AddrPort, error) {
+	var out []netip.AddrPort
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := bounded.ReadFile(f, maxProcNet, true)
+		if errors.Is(err, fs.ErrNotExist) && f == "/proc/net/tcp6" {
+			continue // no IPv6
+		}
+		if err != nil {
+			return nil, err
+		}
+		got, err := parseProcNet(f, b)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, got...)
+	}
+	return out, nil
+}
+
+func diag() ([]netip.AddrPort, error) {
 	var out []netip.AddrPort
 	for _, fam := range []uint8{afInet, afInet6} {
 		var got []netip.AddrPort
@@ -32,8 +76,7 @@ func TCPListeners() ([]netip.AddrPort, error) {
 		}
 		out = append(out, got...)
 	}
-	slices.SortFunc(out, func(a, b netip.AddrPort) int { return a.Compare(b) })
-	return slices.Compact(out), nil
+	return out, nil
 }
 
 func dump(family uint8) ([]netip.AddrPort, error) {

@@ -45,3 +45,20 @@ func TestTCPListenersLive(t *testing.T) {
 		t.Errorf("not sorted: %v", got)
 	}
 }
+
+// The /proc fallback sees what sock_diag sees on this host.
+func TestProcNetLive(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Skip(err)
+	}
+	defer ln.Close()
+	ap := netip.MustParseAddrPort(ln.Addr().String())
+	got, err := procNet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(got, ap) {
+		t.Errorf("%v not among /proc/net/tcp's listeners %v", ap, got)
+	}
+}

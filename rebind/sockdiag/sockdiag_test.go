@@ -58,3 +58,27 @@ func TestRequest(t *testing.T) {
 		t.Fatalf("request % x", b)
 	}
 }
+
+func TestParseProcNet(t *testing.T) {
+	// What the kernel prints (little-endian words): 192.0.2.1:4420 LISTEN,
+	// 127.0.0.1:22 ESTABLISHED, and [2001:db8::1]:4420 LISTEN.
+	tcp := "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n" +
+		"   0: 010200C0:1144 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 12345 1 0000000000000000 100 0 0 10 0\n" +
+		"   1: 0100007F:0016 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0        0 12346 1 0000000000000000 20 4 30 10 -1\n"
+	tcp6 := "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n" +
+		"   0: B80D0120000000000000000001000000:1144 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2 1 0000000000000000 100 0 0 10 0\n"
+	if binary.NativeEndian.Uint32([]byte{1, 0, 0, 0}) != 1 {
+		t.Skip("the fixture is little-endian")
+	}
+	got, err := parseProcNet("tcp", []byte(tcp))
+	if err != nil || len(got) != 1 || got[0].String() != "192.0.2.1:4420" {
+		t.Errorf("tcp: %v %v", got, err)
+	}
+	got, err = parseProcNet("tcp6", []byte(tcp6))
+	if err != nil || len(got) != 1 || got[0].String() != "[2001:db8::1]:4420" {
+		t.Errorf("tcp6: %v %v", got, err)
+	}
+	if _, err := parseProcNet("tcp", []byte("header\n   0: zz:1144 0 0A\n")); err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Errorf("garbage: %v", err)
+	}
+}

@@ -22,10 +22,13 @@ var GuestModules = []string{
 	"target_core_mod", "target_core_file", "target_core_iblock",
 	"iscsi_target_mod", "ib_isert",
 	"iscsi_tcp", "sd_mod", // iSCSI/TCP initiator (open-iscsi), loaded by the scenario that uses it
+	"nvmet-tcp", "nvme-tcp", // NVMe/TCP target and host, loaded by the scenarios that use them
 }
 
 // optionalModules may be absent or built in.
-var optionalModules = []string{"crc32_generic", "crc32c_generic", "crc32-pclmul", "crc32c-intel", "crc32c_intel"}
+// tcp_diag (with inet_diag) answers the daemon's sock_diag requests for
+// TCP sockets: the kernel loads it on the first one.
+var optionalModules = []string{"crc32_generic", "crc32c_generic", "crc32-pclmul", "crc32c-intel", "crc32c_intel", "tcp_diag"}
 
 // mayBeGone are modules (or aliases) a module list names that newer
 // kernels build in or dropped (libcrc32c became part of lib/crc in 6.14; the

@@ -1,4 +1,4 @@
-# tcp-only: a target with no RDMA stack at all — every RDMA module unloaded
+# tcp-only: a target with no RDMA stack at all (and no tcp_diag) — every RDMA module unloaded
 # and module autoloading off, so ib_core cannot come back (opening a
 # NETLINK_RDMA socket as root would load it). The daemon runs, says once at
 # info that RDMA netlink is unavailable, judges the nvmet TCP ports from the
@@ -16,7 +16,9 @@ restore_rdma() {
 }
 trap restore_rdma EXIT
 echo /bin/false >/proc/sys/kernel/modprobe
-for m in ib_isert nvmet_rdma nvme_rdma rdma_ucm rdma_rxe siw ib_umad ib_uverbs rdma_cm iw_cm ib_cm ib_core; do
+# tcp_diag too: without it (and no autoloading) the daemon reads
+# /proc/net/tcp instead of sock_diag, which this scenario then exercises.
+for m in ib_isert nvmet_rdma nvme_rdma rdma_ucm rdma_rxe siw ib_umad ib_uverbs rdma_cm iw_cm ib_cm ib_core tcp_diag inet_diag; do
 	[ -d /sys/module/$m ] && { rmmod $m 2>"$W/rmmod.err" || fail "rmmod $m: $(cat "$W/rmmod.err")"; }
 done
 [ -d /sys/module/ib_core ] && fail "ib_core still loaded"
