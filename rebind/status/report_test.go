@@ -32,7 +32,7 @@ func TestReport(t *testing.T) {
 	tr := true
 	want := []status.ListenerStatus{
 		{Kind: "nvmet", ID: "1", Address: "192.0.2.1", Service: "4420", Managed: true, Expected: true, Reason: "listener dead", Listening: &f,
-			Device: "rxe1", Netdev: "veth1", Endpoint: "nvmet_rdma 192.0.2.1:4420", Sharers: 1, State: "dead", RDMADevice: "rxe1", RDMAPort: 1,
+			Device: "rxe1", Netdev: "veth1", Endpoint: "nvmet_rdma 192.0.2.1:4420", Transport: "rdma", Sharers: 1, State: "dead", RDMADevice: "rxe1", RDMAPort: 1,
 			DeadSince: ptr(at.Add(-time.Second)), RetryAt: ptr(at.Add(time.Second)), LastAction: "rebind", LastResult: "bind: cannot assign requested address", LastAt: &at},
 		{Kind: "nvmet", ID: "2", Address: "0.0.0.0", Service: "4420", Reason: "wildcard address", Listening: &tr, State: "listening"},
 	}

@@ -61,6 +61,9 @@ type ListenerStatus struct {
 	Netdev    string `json:"netdev"`
 	// Endpoint is the kernel listener the object holds: "<owner> <addr>:<port>".
 	Endpoint string `json:"endpoint,omitempty"`
+	// Transport is how an nvmet port listens: "rdma" or "tcp" (empty for
+	// other transports and for LIO portals).
+	Transport string `json:"transport,omitempty"`
 	// Sharers counts the configfs objects holding that listener (LIO
 	// portals of several targets on one address:port share one).
 	Sharers int `json:"sharers,omitempty"`
@@ -157,6 +160,12 @@ func Report(s rebind.Snapshot, source string) StatusReport {
 		if it.Endpoint.Addr.IsValid() {
 			ls.Endpoint = it.Endpoint.String()
 		}
+		switch it.Endpoint.Kind {
+		case rebind.KindNvmet:
+			ls.Transport = "rdma"
+		case rebind.KindTCP:
+			ls.Transport = "tcp"
+		}
 		if it.Address.IsValid() {
 			ls.Address = it.Address.String()
 		}
@@ -238,7 +247,11 @@ func WriteTable(out io.Writer, r StatusReport) error {
 		if l.RDMADevice != "" {
 			carried = quoteName(l.RDMADevice) + "/" + strconv.Itoa(int(l.RDMAPort))
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", quoteName(l.Kind), quoteName(l.ID), dash(escape(addr)),
+		kind := l.Kind
+		if l.Transport == "tcp" {
+			kind += "-tcp" // the table's one column for what listens
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", quoteName(kind), quoteName(l.ID), dash(escape(addr)),
 			dash(escape(l.State)), sharers, on, carried, dash(quoteName(l.Netdev)), yesNo(l.Managed), escape(last), retry, escape(l.Reason))
 	}
 	fmt.Fprintf(w, "\n(source: %s)\n", escape(r.Source))
