@@ -82,7 +82,7 @@ func Select(obs *Observed, mem Memory, base *Baseline) Selection {
 	}
 	b := &base.obs
 	if !sameErr(obs.DevicesErr, b.DevicesErr) || !sameErr(obs.AddrsErr, b.AddrsErr) ||
-		!sameErr(obs.ListenersErr, b.ListenersErr) || !sameErr(obs.PortalsErr, b.PortalsErr) ||
+		!sameErr(obs.ListenersErr, b.ListenersErr) || !sameErr(obs.PortalsErr, b.PortalsErr) || !sameErr(obs.TCPErr, b.TCPErr) ||
 		!reflect.DeepEqual(obs.Declared, b.Declared) {
 		return All()
 	}

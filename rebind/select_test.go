@@ -113,6 +113,8 @@ type genWorld struct {
 	eventAt   time.Time
 	listErr   error
 	addrErr   error
+	tcpListen map[string]bool // "ip|svc" of a TCP port: a socket in LISTEN (while the port has links)
+	tcpErr    error
 }
 
 var (
@@ -122,7 +124,7 @@ var (
 )
 
 func newGenWorld(r *rand.Rand) *genWorld {
-	g := &genWorld{r: r, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), addrs: map[string]string{}, listen: map[string]int{}, journal: map[Key]Intent{}}
+	g := &genWorld{r: r, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), addrs: map[string]string{}, listen: map[string]int{}, journal: map[Key]Intent{}, tcpListen: map[string]bool{}}
 	for i := range 2 + r.IntN(2) {
 		g.addDevice(genNetdevs[i])
 	}
@@ -143,6 +145,11 @@ func newGenWorld(r *rand.Rand) *genWorld {
 	for _, l := range g.listenerKeys() {
 		if r.IntN(4) > 0 {
 			g.listen[l] = g.carrierIndex(l)
+		}
+	}
+	for _, p := range g.ports {
+		if p.Trtype == "tcp" && r.IntN(3) > 0 {
+			g.tcpListen[net(p.Traddr, p.Trsvcid)] = true
 		}
 	}
 	return g
@@ -171,7 +178,7 @@ func (g *genWorld) port(id string) configfs.Port {
 		p.Adrfam = "ipv6"
 	}
 	switch g.r.IntN(12) {
-	case 0:
+	case 0, 4, 5:
 		p.Trtype = "tcp"
 	case 1:
 		p.Traddr = "0.0.0.0"
@@ -229,7 +236,16 @@ func (g *genWorld) carrierIndex(l string) int {
 
 func (g *genWorld) observe() Observed {
 	obs := Observed{Now: g.now, BootUntil: g.bootUntil, EventAt: g.eventAt, Subsystems: map[string]bool{}, LinksUnread: map[string]bool{},
-		Journal: map[Key]Intent{}, ListenersErr: g.listErr, AddrsErr: g.addrErr}
+		Journal: map[Key]Intent{}, ListenersErr: g.listErr, AddrsErr: g.addrErr, TCPErr: g.tcpErr}
+	if g.tcpErr == nil {
+		for _, p := range g.ports {
+			if ap, err := p.Addr(); err == nil && p.Trtype == "tcp" && len(p.Links) > 0 && g.tcpListen[net(p.Traddr, p.Trsvcid)] {
+				obs.TCP = append(obs.TCP, ap)
+			}
+		}
+		slices.SortFunc(obs.TCP, netip.AddrPort.Compare)
+		obs.TCP = slices.Compact(obs.TCP)
+	}
 	for _, n := range genNQNs[:2] {
 		obs.Subsystems[n] = true
 	}
@@ -399,10 +415,25 @@ func (g *genWorld) change() {
 			} else {
 				g.addrErr = nil
 			}
+		case 10: // a TCP socket goes or comes, sock_diag fails or works again
+			if ps := slices.DeleteFunc(slices.Clone(g.ports), func(p configfs.Port) bool { return p.Trtype != "tcp" }); len(ps) > 0 {
+				k := net(ps[r.IntN(len(ps))].Traddr, ps[r.IntN(len(ps))].Trsvcid)
+				g.tcpListen[k] = !g.tcpListen[k]
+			}
+			if r.IntN(4) == 0 {
+				g.tcpErr = errors.New("sock_diag: EPERM")
+			} else {
+				g.tcpErr = nil
+			}
 		default: // heals that worked: listeners where their address is carried
 			for _, k := range g.listenerKeys() {
 				if r.IntN(2) == 0 {
 					g.listen[k] = g.carrierOf(k)
+				}
+			}
+			for _, p := range g.ports {
+				if _, held := g.addrs[p.Traddr]; p.Trtype == "tcp" && held && r.IntN(2) == 0 {
+					g.tcpListen[net(p.Traddr, p.Trsvcid)] = true
 				}
 			}
 		}
