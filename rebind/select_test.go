@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -66,6 +67,11 @@ func TestSelectionPlansWhatAFullPlanPlans(t *testing.T) {
 				obs = obs2
 			}
 			mem, _ = Learn(mem, got.endpoints(), got.Items, obs.Now)
+			// Learn is idempotent (the loop learns a carried plan once):
+			// the same decisions, later, teach nothing more.
+			if again, pins := Learn(mem, got.endpoints(), got.Items, obs.Now.Add(time.Minute)); pins || !reflect.DeepEqual(again, mem) {
+				t.Fatalf("seed %d round %d: learning the same plan again changed memory (pins %v):\n%s", seed, round, pins, cmp.Diff(mem, again, cmpopts.EquateEmpty()))
+			}
 			base = baseline(obs, got)
 			switch r.IntN(10) {
 			case 0:
