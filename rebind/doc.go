@@ -33,7 +33,9 @@
 //     checks and `plan` describes).
 //   - verify (verify.go): pure, over the verdicts of a fresh observation.
 //   - learn (memory.go): pure updates of Memory from the outcomes and the
-//     plan; the loop is memory's one writer.
+//     plan; the loop is memory's one writer. Learn is idempotent, so a
+//     plan that carries the very decisions memory last learnt (a round
+//     that decided nothing) is not learnt again.
 //   - publish (snapshot.go): the Snapshot observers read (status, metrics,
 //     the control socket), swapped once per round.
 //

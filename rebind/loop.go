@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,9 +63,15 @@ type Engine struct {
 	mem       Memory
 	bootUntil time.Time
 	base      *Baseline // the last round's observation and plan: select's baseline
-	results   map[Key]Outcome
-	stats     Stats
-	views     [2]rdma.Index // the kernel tables' index of a round's two observations, storage reused
+	// learnt are the decisions memory was last learnt from (Learn), nil
+	// once anything else has written memory since (a reload, a forced
+	// retry, a heal's outcome). Learn is idempotent (a property test of
+	// the package): a round whose plan carries exactly those decisions —
+	// a steady round, which decides nothing — has nothing to learn.
+	learnt  map[epKey]*decision
+	results map[Key]Outcome
+	stats   Stats
+	views   [2]rdma.Index // the kernel tables' index of a round's two observations, storage reused
 
 	snap atomic.Pointer[Snapshot] // published once per round
 }
@@ -136,7 +143,7 @@ func (e *Engine) Retry(k Key) {
 func (e *Engine) takeRequests() {
 	if c := e.wantCfg.Load(); c != e.cfgIn {
 		e.cfgIn, e.cfg = c, *c
-		e.mem = e.mem.restarted()
+		e.mem, e.learnt = e.mem.restarted(), nil
 		e.base = nil
 	}
 	e.inbox.Lock()
@@ -150,7 +157,7 @@ func (e *Engine) takeRequests() {
 				ep = it.Endpoint
 			}
 		}
-		e.mem = e.mem.forced(k, ep)
+		e.mem, e.learnt = e.mem.forced(k, ep), nil
 	}
 }
 
@@ -217,7 +224,7 @@ func (e *Engine) act(ctx context.Context, obs *Observed, pl *Planned, sel *Selec
 	if len(done) > 0 {
 		obs2, err := e.observe(e.cfg, obs.Devices, &e.views[1])
 		outcomes = verify(done, &obs2, err, time.Now())
-		e.mem = learnOutcomes(e.mem, outcomes, obs2.Now)
+		e.mem, e.learnt = learnOutcomes(e.mem, outcomes, obs2.Now), nil
 		for _, p := range done {
 			ran[p.heal.Endpoint] = true
 		}
@@ -236,7 +243,10 @@ func (e *Engine) act(ctx context.Context, obs *Observed, pl *Planned, sel *Selec
 // changed, and the baseline of the next round's selection.
 func (e *Engine) learn(obs *Observed, pl *Planned, sel Selection) {
 	var pinsChanged bool
-	e.mem, pinsChanged = Learn(e.mem, pl.endpoints(), pl.Items, obs.Now)
+	if !pl.carried || !sameDecisions(pl.decided, e.learnt) {
+		e.mem, pinsChanged = Learn(e.mem, pl.endpoints(), pl.Items, obs.Now)
+		e.learnt = pl.decided
+	}
 	if pinsChanged && e.opt.Store != nil && !e.opt.DryRun {
 		if err := e.opt.Store.SavePins(e.mem.Pins); err != nil {
 			e.log.Warn("pins not saved", "err", err)
@@ -246,6 +256,12 @@ func (e *Engine) learn(obs *Observed, pl *Planned, sel Selection) {
 	if sel.Size() == 0 && len(pl.Heals) == 0 {
 		e.stats.Unchanged++
 	}
+}
+
+// sameDecisions tells whether a and b are one map: a carried plan shares
+// its baseline's decisions, and a decision is never changed once made.
+func sameDecisions(a, b map[epKey]*decision) bool {
+	return a != nil && b != nil && reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 // report logs the round's outcomes.
