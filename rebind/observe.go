@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"net/netip"
+	"reflect"
 	"slices"
 	"time"
 
@@ -49,6 +50,13 @@ type Tree interface {
 	Unlink(portID string, l configfs.Link) error
 	Relink(portID string, l configfs.Link) error
 	SetISER(portalID string, on bool) error
+}
+
+// Generational is a Tree that can tell that nothing it answers changed
+// (watch.Model): Generation returns the same token (ok) for two calls
+// only if every read between them answered as a read now would.
+type Generational interface {
+	Generation() (uint64, bool)
 }
 
 // Store keeps the intent journal and the device pins (rebind/state).
@@ -103,7 +111,15 @@ type Observed struct {
 	Configfs ConfigfsSight
 
 	// Derived once from the fields above (prepared), never changed after:
-	index    *rdma.Index   // the kernel tables' index (rdma)
+	index *rdma.Index // the kernel tables' index (rdma)
+	// tok is the Tree's generation the configfs fields were read at, when
+	// stable: nothing changed while they were read (Generational).
+	tok    uint64
+	stable bool
+	// shared: the configfs fields and eps are the baseline's (carried):
+	// never written, a verdict asked of an endpoint not in eps is judged
+	// without adding it.
+	shared   bool
 	portAddr []parsedAddr  // Ports[i]'s address, parsed
 	eps      endpointIndex // every endpoint: its verdict and objects
 	judged   bool          // every object is in eps
@@ -135,7 +151,15 @@ type endpointEntry struct {
 }
 
 // entry returns ep's entry, judging it the first time it is asked for.
-func (o *Observed) entry(ep Endpoint) *endpointEntry { return &o.eps.list[o.entryAt(ep)] }
+func (o *Observed) entry(ep Endpoint) *endpointEntry {
+	if o.shared {
+		if i, ok := o.eps.at[ep.key()]; ok {
+			return &o.eps.list[i]
+		}
+		return &endpointEntry{ep: ep, v: o.judge(ep), first: -1, last: -1}
+	}
+	return &o.eps.list[o.entryAt(ep)]
+}
 
 // entryAt is entry's index in the list.
 func (o *Observed) entryAt(ep Endpoint) int32 {
@@ -145,14 +169,20 @@ func (o *Observed) entryAt(ep Endpoint) int32 {
 	}
 	i := int32(len(o.eps.list))
 	o.eps.at[k] = i
-	var v Verdict
-	if ep.Kind == KindTCP {
-		v = judgeTCP(ep, o.TCPErr == nil, o.TCP, o.index)
-	} else {
-		v = judge(ep, o.ListenersErr == nil, o.index)
-	}
-	o.eps.list = append(o.eps.list, endpointEntry{ep: ep, v: v, first: -1, last: -1})
+	o.eps.list = append(o.eps.list, endpointEntry{ep: ep, v: o.judge(ep), first: -1, last: -1})
 	return i
+}
+
+// judge is the endpoint's verdict from this observation's kernel tables
+// (indexed here when a carried observation was not).
+func (o *Observed) judge(ep Endpoint) Verdict {
+	if o.index == nil {
+		o.index = rdma.NewIndex(o.Devices, o.Addrs, o.Listeners)
+	}
+	if ep.Kind == KindTCP {
+		return judgeTCP(ep, o.TCPErr == nil, o.TCP, o.index)
+	}
+	return judge(ep, o.ListenersErr == nil, o.index)
 }
 
 // verdict is the endpoint's verdict in this observation.
@@ -309,8 +339,6 @@ func (e *Engine) observe(cfg Config, prev []rdma.Device, into *rdma.Index) (Obse
 		obs.TCP, obs.TCPErr = t.TCPListeners()
 	}
 	obs.unknown = unknownReason(obs.ListenersErr)
-	into.Reindex(obs.Devices, obs.Addrs, obs.Listeners)
-	obs.index = into
 	obs.JournalErrs = slices.Clone(e.opt.Quarantined)
 	if e.opt.Store != nil {
 		var bad []error
@@ -333,6 +361,20 @@ func (e *Engine) observe(cfg Config, prev []rdma.Device, into *rdma.Index) (Obse
 	if e.opt.Probe != nil {
 		obs.Configfs = e.opt.Probe()
 	}
+	g, generational := e.opt.Tree.(Generational)
+	var tokOK bool
+	if generational {
+		obs.tok, tokOK = g.Generation()
+	}
+	if b := e.base; tokOK && b != nil && b.obs.stable && b.obs.tok == obs.tok && sameReading(&obs, &b.obs) {
+		// Nothing that decides a verdict or an object changed since the
+		// baseline was read: its verdicts and objects are this
+		// observation's (judging them again would give the same).
+		obs.carry(&b.obs)
+		return obs, nil
+	}
+	into.Reindex(obs.Devices, obs.Addrs, obs.Listeners)
+	obs.index = into
 	ports, err := e.opt.Tree.Ports()
 	if err != nil {
 		return obs, err
@@ -385,5 +427,55 @@ func (e *Engine) observe(cfg Config, prev []rdma.Device, into *rdma.Index) (Obse
 		obs.Subsystems[n] = true
 	}
 	obs.judged = true
+	if tokOK {
+		// Stable when nothing changed while configfs was read.
+		after, ok := g.Generation()
+		obs.stable = ok && after == obs.tok
+	}
 	return obs, nil
+}
+
+// carry takes b's configfs objects and verdicts (an observation of the
+// same kernel tables, journal, saved configs and configfs): shared,
+// never written.
+func (o *Observed) carry(b *Observed) {
+	o.Ports, o.portAddr, o.LinksUnread = b.Ports, b.portAddr, b.LinksUnread
+	o.Portals, o.PortalsErr, o.Subsystems = b.Portals, b.PortalsErr, b.Subsystems
+	o.eps, o.judged, o.shared, o.stable = b.eps, true, true, true
+}
+
+// sameListeners tells whether two cm_id tables hold the same LISTEN
+// entries, in order, as judge reads them (device, port, address, owner):
+// the identifiers of host connections (a target's queues come and go) and
+// the restrack numbers do not decide a verdict.
+func sameListeners(a, b []rdma.CMID) bool {
+	next := func(s []rdma.CMID, i int) int {
+		for i < len(s) && !s[i].Listening() {
+			i++
+		}
+		return i
+	}
+	i, j := next(a, 0), next(b, 0)
+	for ; i < len(a) && j < len(b); i, j = next(a, i+1), next(b, j+1) {
+		x, y := a[i], b[j]
+		if x.DevIndex != y.DevIndex || x.DevName != y.DevName || x.Port != y.Port || x.Src != y.Src || x.KernName != y.KernName {
+			return false
+		}
+	}
+	return i == len(a) && j == len(b)
+}
+
+// sameReading tells whether o read the same as b of everything but
+// configfs: the kernel tables, their errors, the journal, the saved
+// configs and the configfs root's sight — so that, configfs unchanged,
+// every verdict and object of b is o's.
+func sameReading(o, b *Observed) bool {
+	return sameErr(o.DevicesErr, b.DevicesErr) && sameErr(o.AddrsErr, b.AddrsErr) && sameErr(o.ListenersErr, b.ListenersErr) &&
+		sameErr(o.TCPErr, b.TCPErr) && sameErr(o.Configfs.Err, b.Configfs.Err) &&
+		o.Configfs.Probed == b.Configfs.Probed && o.Configfs.Root == b.Configfs.Root && o.Configfs.Mounted == b.Configfs.Mounted &&
+		o.Configfs.Nvmet == b.Configfs.Nvmet && o.Configfs.LIO == b.Configfs.LIO &&
+		slices.EqualFunc(o.Devices, b.Devices, rdma.Device.Equal) && slices.EqualFunc(o.Addrs, b.Addrs, rdma.Addr.Equal) &&
+		sameListeners(o.Listeners, b.Listeners) && slices.Equal(o.TCP, b.TCP) &&
+		slices.EqualFunc(o.JournalErrs, b.JournalErrs, sameErr) && reflect.DeepEqual(o.Journal, b.Journal) &&
+		reflect.DeepEqual(o.Declared, b.Declared)
 }

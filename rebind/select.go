@@ -60,10 +60,11 @@ type Baseline struct {
 	pl  *Planned
 }
 
-// baseline keeps of obs what Select reads: not the kernel's tables nor
-// their index (megabytes at thousands of listeners).
+// baseline keeps of obs what Select reads, and the kernel's tables that
+// the next observation compares its own with (sameReading) — not their
+// index (megabytes at thousands of listeners).
 func baseline(obs Observed, pl Planned) *Baseline {
-	obs.index, obs.Devices, obs.Addrs, obs.Listeners = nil, nil, nil, nil
+	obs.index = nil
 	return &Baseline{obs: obs, pl: &pl}
 }
 

@@ -419,6 +419,21 @@ func (m *Model) Ports() ([]configfs.Port, error) {
 	return memoised(m, &m.memoPorts, (*configfs.FS).Ports)
 }
 
+// Generation is a token of what the model answers: two calls that return
+// the same token (ok) saw no change of the tree in between — no event, no
+// rescan, no write — and no read in between was answered by configfs
+// without being kept (an error, an unwatched directory), so every read
+// made between them gave the answer a read now would give. ok is false
+// while reads go to configfs (fallback). It drains pending events first.
+func (m *Model) Generation() (uint64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed || m.prepare() != m.cfs {
+		return 0, false
+	}
+	return m.gen + m.uncached, true // both only grow: the sum moves when either does
+}
+
 // Links is configfs.FS.Links, from the model.
 func (m *Model) Links(portID string) ([]configfs.Link, error) {
 	m.mu.Lock()

@@ -16,8 +16,10 @@
 package rdma
 
 import (
+	"bytes"
 	"errors"
 	"net/netip"
+	"slices"
 )
 
 // ErrUnsupported is returned when the running kernel (or the platform) has no
@@ -91,4 +93,23 @@ type Addr struct {
 	Netdev  string     // IFLA_IFNAME of that link
 	IP      netip.Addr // IFA_LOCAL / IFA_ADDRESS, unmapped
 	HWAddr  []byte     // the link's hardware address (rtnetlink IFLA_ADDRESS): 6 bytes Ethernet, 20 bytes IPoIB
+}
+
+// Equal tells whether two readings of a device are the same, GID tables
+// included.
+func (d Device) Equal(o Device) bool {
+	return d.Index == o.Index && d.Name == o.Name && d.NodeGUID == o.NodeGUID && d.NodeType == o.NodeType &&
+		d.Protocol == o.Protocol && slices.EqualFunc(d.Ports, o.Ports, Port.Equal)
+}
+
+// Equal tells whether two readings of a port are the same, its GID table
+// included.
+func (p Port) Equal(o Port) bool {
+	return p.Index == o.Index && p.State == o.State && p.PhysState == o.PhysState && p.NetdevIndex == o.NetdevIndex &&
+		p.Netdev == o.Netdev && p.GIDsKnown == o.GIDsKnown && slices.Equal(p.GIDs, o.GIDs)
+}
+
+// Equal tells whether two readings of an address are the same.
+func (a Addr) Equal(o Addr) bool {
+	return a.Ifindex == o.Ifindex && a.Netdev == o.Netdev && a.IP == o.IP && bytes.Equal(a.HWAddr, o.HWAddr)
 }

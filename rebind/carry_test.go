@@ -1,0 +1,156 @@
+package rebind
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	"github.com/nvmet-rebind/nvmet-rebind/configfs"
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/watch"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma/rdmatest"
+)
+
+// An observation that carries the baseline's verdicts and objects (the
+// kernel tables, journal, saved configs and configfs model all unchanged)
+// is the observation a fresh read would make: the same objects, the same
+// verdict for every endpoint. Random worlds on the fakes and the inotify
+// model, changed between rounds — or not, so that the carry happens.
+func TestCarriedObservationIsAFreshOne(t *testing.T) {
+	seeds := 40
+	if testing.Short() {
+		seeds = 12
+	}
+	carried := 0
+	for seed := range seeds {
+		r := rand.New(rand.NewPCG(uint64(seed), 21))
+		k := rdmatest.NewSystem(t)
+		k.AddAddr("veth0", "192.0.2.1")
+		k.AddAddr("veth0", "192.0.2.2")
+		k.AddAddr("veth1", "198.51.100.1")
+		k.AddDevice("rxe0", 1, "veth0")
+		k.AddDevice("rxe1", 2, "veth1")
+		ips := []string{"192.0.2.1", "192.0.2.2", "198.51.100.1", "203.0.113.1"}
+		for i := range 6 {
+			ip := ips[r.IntN(len(ips))]
+			id := fmt.Sprint(i + 1)
+			switch r.IntN(3) {
+			case 0:
+				k.AddPort(id, "tcp", "ipv4", ip, "4420")
+				k.AdminLink(id, "nqn.a") // refused while ip is on no netdev
+			case 1:
+				k.AddPort(id, "rdma", "ipv4", ip, fmt.Sprint(4420+i))
+				k.AddSubsystem("nqn.a")
+				k.AdminLink(id, "nqn.a")
+			default:
+				k.ISERPortal(fmt.Sprintf("iqn.2024-01.lab:t%d", i), "tpgt_1", ips[r.IntN(3)]+":3260") // an address that is up
+			}
+		}
+		m, err := watch.New(k.FS(), watch.Options{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := New(Options{Tree: m, Kernel: k, Store: newMemStore(), Config: DefaultConfig()})
+		for round := range 12 {
+			if _, err := e.Reconcile(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			switch r.IntN(12) { // about half the rounds change nothing
+			case 0:
+				k.RemoveDevice("rxe0")
+				k.AddDevice("rxe0", 1, "veth0")
+			case 1:
+				ip := ips[r.IntN(len(ips))]
+				if r.IntN(2) == 0 {
+					k.AddAddr("veth1", ip)
+				} else {
+					k.DelAddr("veth0", ip)
+				}
+			case 2:
+				admin := configfs.NewWithOps(k.Root, k.Admin())
+				id := fmt.Sprint(1 + r.IntN(6))
+				admin.Unlink(id, configfs.Link{Name: "nqn.a", NQN: "nqn.a"})
+			case 3:
+				k.KillListener("nvmet_rdma", fmt.Sprint(1+r.IntN(6)))
+			case 4:
+				admin := configfs.NewWithOps(k.Root, k.Admin())
+				if ps, err := admin.Portals(); err == nil && len(ps) > 0 {
+					admin.SetISER(ps[r.IntN(len(ps))].ID(), r.IntN(2) == 0)
+				}
+			case 6: // a device without listeners (its addresses' ports dead) resets
+				k.RemoveDevice("rxe1")
+				k.AddDevice("rxe1", 2, "veth1")
+			case 5:
+				id := fmt.Sprint(1 + r.IntN(6))
+				e.opt.Store.PutAll([]Intent{{Kind: KindNvmet, ID: id, Address: "192.0.2.1:4420", Links: []configfs.Link{{Name: "nqn.a", NQN: "nqn.a"}}}})
+			}
+			got, err := e.observe(e.cfg, nil, new(rdma.Index))
+			if err != nil {
+				t.Fatal(err)
+			}
+			base := e.base
+			e.base = nil
+			want, err := e.observe(e.cfg, nil, new(rdma.Index))
+			e.base = base
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.shared {
+				carried++
+			}
+			where := fmt.Sprintf("seed %d round %d (carried %v): %s", seed, round, got.shared, k)
+			if !reflect.DeepEqual(got.Ports, want.Ports) || !reflect.DeepEqual(got.Portals, want.Portals) ||
+				!reflect.DeepEqual(got.LinksUnread, want.LinksUnread) || !reflect.DeepEqual(got.Subsystems, want.Subsystems) {
+				t.Fatalf("%s: objects differ\n got %+v %+v\nwant %+v %+v", where, got.Ports, got.Portals, want.Ports, want.Portals)
+			}
+			if len(got.eps.list) != len(want.eps.list) {
+				t.Fatalf("%s: %d endpoints, want %d", where, len(got.eps.list), len(want.eps.list))
+			}
+			for _, w := range want.eps.list {
+				if v := got.verdict(w.ep); v != w.v {
+					t.Fatalf("%s: %s: verdict %+v, want %+v", where, w.ep, v, w.v)
+				}
+			}
+		}
+		m.Close()
+	}
+	if carried == 0 {
+		t.Fatal("no observation was carried: the test does not test the carry")
+	}
+	t.Logf("%d observations carried", carried)
+}
+
+// memStore is an in-memory journal (Store) for the package's own tests.
+type memStore struct {
+	intents map[Key]Intent
+	pins    map[Key]uint64
+}
+
+func newMemStore() *memStore { return &memStore{intents: map[Key]Intent{}, pins: map[Key]uint64{}} }
+
+func (s *memStore) PutAll(ins []Intent) error {
+	for _, in := range ins {
+		s.intents[Key{in.Kind, in.ID}] = in
+	}
+	return nil
+}
+
+func (s *memStore) DeleteAll(ks []Key) error {
+	for _, k := range ks {
+		delete(s.intents, k)
+	}
+	return nil
+}
+
+func (s *memStore) Load() (map[Key]Intent, []error) { return maps.Clone(s.intents), nil }
+
+func (s *memStore) Pins() (map[Key]uint64, error) { return maps.Clone(s.pins), nil }
+
+func (s *memStore) SavePins(p map[Key]uint64) error {
+	s.pins = maps.Clone(p)
+	return nil
+}
