@@ -15,10 +15,15 @@
 //
 // Engine.Reconcile is one round, in this order (each step a file):
 //
-//   - observe (observe.go): read the kernel's RDMA tables, index them
-//     (rdma.Index), judge each endpoint once (judge.go: a Verdict —
-//     listening, dead, stranded, unknown), then read configfs, the links of
-//     ports only where the verdict needs them, and the journal.
+//   - observe (observe.go): read the kernel's tables (RDMA devices, GID
+//     tables, cm_ids, addresses, TCP sockets in LISTEN), the journal and
+//     the saved configs; when all of that reads as the baseline's did and
+//     the configfs model's Generation has not moved, the baseline's objects
+//     and verdicts are this observation's (nothing could judge otherwise);
+//     else index the tables (rdma.Index), judge each endpoint once
+//     (judge.go: a Verdict — listening, dead, stranded, unknown; TCP ports
+//     from the TCP sockets), and read configfs, the links of ports only
+//     where the verdict needs them.
 //   - select (select.go): the endpoints this round must decide — those whose
 //     objects or verdict changed since the last round (the Baseline), named
 //     by the journal or a manual rebind, or decided by the clock; an input
