@@ -3,8 +3,8 @@ package rebind
 import (
 	"errors"
 	"io/fs"
+	"maps"
 	"net/netip"
-	"reflect"
 	"slices"
 	"time"
 
@@ -476,6 +476,6 @@ func sameReading(o, b *Observed) bool {
 		o.Configfs.Nvmet == b.Configfs.Nvmet && o.Configfs.LIO == b.Configfs.LIO &&
 		slices.EqualFunc(o.Devices, b.Devices, rdma.Device.Equal) && slices.EqualFunc(o.Addrs, b.Addrs, rdma.Addr.Equal) &&
 		sameListeners(o.Listeners, b.Listeners) && slices.Equal(o.TCP, b.TCP) &&
-		slices.EqualFunc(o.JournalErrs, b.JournalErrs, sameErr) && reflect.DeepEqual(o.Journal, b.Journal) &&
-		reflect.DeepEqual(o.Declared, b.Declared)
+		slices.EqualFunc(o.JournalErrs, b.JournalErrs, sameErr) && maps.EqualFunc(o.Journal, b.Journal, Intent.equal) &&
+		slices.EqualFunc(o.Declared, b.Declared, Declared.equal)
 }

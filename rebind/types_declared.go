@@ -1,6 +1,9 @@
 package rebind
 
-import "net/netip"
+import (
+	"net/netip"
+	"slices"
+)
 
 // Declared is a port→subsystems or iSER portal that a saved configuration
 // (nvmetcli's /etc/nvmet/config.json, targetcli's /etc/target/saveconfig.json)
@@ -13,4 +16,9 @@ type Declared struct {
 	ID     string // port id, or <iqn>/tpgt_<N>/<np>
 	Addr   netip.AddrPort
 	NQNs   []string // nvmet: the subsystems the port links, in file order
+}
+
+// equal tells whether two declarations say the same.
+func (d Declared) equal(o Declared) bool {
+	return d.Source == o.Source && d.Kind == o.Kind && d.ID == o.ID && d.Addr == o.Addr && slices.Equal(d.NQNs, o.NQNs)
 }

@@ -1,6 +1,7 @@
 package rebind
 
 import (
+	"slices"
 	"time"
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
@@ -18,4 +19,10 @@ type Intent struct {
 	Links   []configfs.Link `json:"links,omitempty"` // nvmet: in creation order
 	ISER    bool            `json:"iser,omitempty"`  // lio: iser was 1
 	Started time.Time       `json:"started"`
+}
+
+// equal tells whether two journal entries say the same.
+func (in Intent) equal(o Intent) bool {
+	return in.Version == o.Version && in.Kind == o.Kind && in.ID == o.ID && in.Address == o.Address &&
+		slices.Equal(in.Links, o.Links) && in.ISER == o.ISER && in.Started.Equal(o.Started)
 }
