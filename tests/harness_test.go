@@ -213,12 +213,13 @@ var fullKernels = map[string]bool{"6.12": true, vm.NewestSeries: true}
 
 // representativeScenarios: one of each kind — the kernel facts, nvmet and
 // LIO resets, the netdev recreated, IPv6, soft-iWARP, the boot completion,
-// a shared iSER portal and a VLAN — about 2.5 minutes of boot; and bench
+// a shared iSER portal, a VLAN, NVMe/TCP's boot completion (tcp-boot) —
+// about 3 minutes of boot; and bench
 // (only run when NVMET_REBIND_E2E_BENCH asks), so that its figures exist
 // per kernel.
 var representativeScenarios = map[string]bool{
 	"smoke": true, "nvmet-reset": true, "lio-reset": true, "netdev-recreate": true,
-	"ipv6": true, "siw-reset": true, "boot-completion": true, "shared-iser": true, "vlan": true,
+	"ipv6": true, "siw-reset": true, "boot-completion": true, "shared-iser": true, "vlan": true, "tcp-boot": true,
 	"bench": true,
 }
 
