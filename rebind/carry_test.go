@@ -88,14 +88,11 @@ func TestCarriedObservationIsAFreshOne(t *testing.T) {
 				id := fmt.Sprint(1 + r.IntN(6))
 				e.opt.Store.PutAll([]Intent{{Kind: KindNvmet, ID: id, Address: "192.0.2.1:4420", Links: []configfs.Link{{Name: "nqn.a", NQN: "nqn.a"}}}})
 			}
-			got, err := e.observe(e.cfg, nil, new(rdma.Index))
+			got, err := e.observe(e.cfg, e.base, nil, new(rdma.Index))
 			if err != nil {
 				t.Fatal(err)
 			}
-			base := e.base
-			e.base = nil
-			want, err := e.observe(e.cfg, nil, new(rdma.Index))
-			e.base = base
+			want, err := e.observe(e.cfg, nil, nil, new(rdma.Index))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -15,7 +15,7 @@
 //
 // Engine.Reconcile is one round, in this order (each step a file):
 //
-//   - observe (observe.go): read the kernel's tables (RDMA devices, GID
+//   - observe (observe.go, carry.go): read the kernel's tables (RDMA devices, GID
 //     tables, cm_ids, addresses, TCP sockets in LISTEN), the journal and
 //     the saved configs; when all of that reads as the baseline's did and
 //     the configfs model's Generation has not moved, the baseline's objects

@@ -169,7 +169,7 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 	defer e.run.Unlock()
 	start := time.Now()
 	e.takeRequests()
-	obs, err := e.observe(e.cfg, nil, &e.views[0])
+	obs, err := e.observe(e.cfg, e.base, nil, &e.views[0])
 	if err != nil {
 		e.stats.ReconcileTime += time.Since(start)
 		return nil, err
@@ -222,7 +222,7 @@ func (e *Engine) act(ctx context.Context, obs *Observed, pl *Planned, sel *Selec
 	var outcomes []Outcome
 	next, base := *obs, baseline(*obs, *pl)
 	if len(done) > 0 {
-		obs2, err := e.observe(e.cfg, obs.Devices, &e.views[1])
+		obs2, err := e.observe(e.cfg, e.base, obs.Devices, &e.views[1])
 		outcomes = verify(done, &obs2, err, time.Now())
 		e.mem, e.learnt = learnOutcomes(e.mem, outcomes, obs2.Now), nil
 		for _, p := range done {

@@ -3,7 +3,6 @@ package rebind
 import (
 	"errors"
 	"io/fs"
-	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -50,13 +49,6 @@ type Tree interface {
 	Unlink(portID string, l configfs.Link) error
 	Relink(portID string, l configfs.Link) error
 	SetISER(portalID string, on bool) error
-}
-
-// Generational is a Tree that can tell that nothing it answers changed
-// (watch.Model): Generation returns the same token (ok) for two calls
-// only if every read between them answered as a read now would.
-type Generational interface {
-	Generation() (uint64, bool)
 }
 
 // Store keeps the intent journal and the device pins (rebind/state).
@@ -311,11 +303,13 @@ func portEndpoint(p configfs.Port, a parsedAddr) (Endpoint, bool) {
 // in that order: which listeners are alive decides how much of configfs
 // must be read (a live port's links are not needed). With prev (the
 // devices of the round's first observation), GID tables are reused where
-// the Kernel can; the index is built in into (its storage reused).
-// Errors that make the observation unusable (configfs unreadable) are
-// returned; kernel read errors are recorded and make the affected facts
-// unknown.
-func (e *Engine) observe(cfg Config, prev []rdma.Device, into *rdma.Index) (Observed, error) {
+// the Kernel can; the index is built in into (its storage reused). With
+// base (the loop's own baseline; observers on other goroutines pass nil),
+// an observation that reads the same as base carries its objects and
+// verdicts. Errors that make the observation unusable (configfs
+// unreadable) are returned; kernel read errors are recorded and make the
+// affected facts unknown.
+func (e *Engine) observe(cfg Config, base *Baseline, prev []rdma.Device, into *rdma.Index) (Observed, error) {
 	if into == nil {
 		into = new(rdma.Index)
 	}
@@ -366,7 +360,7 @@ func (e *Engine) observe(cfg Config, prev []rdma.Device, into *rdma.Index) (Obse
 	if generational {
 		obs.tok, tokOK = g.Generation()
 	}
-	if b := e.base; tokOK && b != nil && b.obs.stable && b.obs.tok == obs.tok && sameReading(&obs, &b.obs) {
+	if b := base; tokOK && b != nil && b.obs.stable && b.obs.tok == obs.tok && sameReading(&obs, &b.obs) {
 		// Nothing that decides a verdict or an object changed since the
 		// baseline was read: its verdicts and objects are this
 		// observation's (judging them again would give the same).
@@ -433,49 +427,4 @@ func (e *Engine) observe(cfg Config, prev []rdma.Device, into *rdma.Index) (Obse
 		obs.stable = ok && after == obs.tok
 	}
 	return obs, nil
-}
-
-// carry takes b's configfs objects and verdicts (an observation of the
-// same kernel tables, journal, saved configs and configfs): shared,
-// never written.
-func (o *Observed) carry(b *Observed) {
-	o.Ports, o.portAddr, o.LinksUnread = b.Ports, b.portAddr, b.LinksUnread
-	o.Portals, o.PortalsErr, o.Subsystems = b.Portals, b.PortalsErr, b.Subsystems
-	o.eps, o.judged, o.shared, o.stable = b.eps, true, true, true
-}
-
-// sameListeners tells whether two cm_id tables hold the same LISTEN
-// entries, in order, as judge reads them (device, port, address, owner):
-// the identifiers of host connections (a target's queues come and go) and
-// the restrack numbers do not decide a verdict.
-func sameListeners(a, b []rdma.CMID) bool {
-	next := func(s []rdma.CMID, i int) int {
-		for i < len(s) && !s[i].Listening() {
-			i++
-		}
-		return i
-	}
-	i, j := next(a, 0), next(b, 0)
-	for ; i < len(a) && j < len(b); i, j = next(a, i+1), next(b, j+1) {
-		x, y := a[i], b[j]
-		if x.DevIndex != y.DevIndex || x.DevName != y.DevName || x.Port != y.Port || x.Src != y.Src || x.KernName != y.KernName {
-			return false
-		}
-	}
-	return i == len(a) && j == len(b)
-}
-
-// sameReading tells whether o read the same as b of everything but
-// configfs: the kernel tables, their errors, the journal, the saved
-// configs and the configfs root's sight — so that, configfs unchanged,
-// every verdict and object of b is o's.
-func sameReading(o, b *Observed) bool {
-	return sameErr(o.DevicesErr, b.DevicesErr) && sameErr(o.AddrsErr, b.AddrsErr) && sameErr(o.ListenersErr, b.ListenersErr) &&
-		sameErr(o.TCPErr, b.TCPErr) && sameErr(o.Configfs.Err, b.Configfs.Err) &&
-		o.Configfs.Probed == b.Configfs.Probed && o.Configfs.Root == b.Configfs.Root && o.Configfs.Mounted == b.Configfs.Mounted &&
-		o.Configfs.Nvmet == b.Configfs.Nvmet && o.Configfs.LIO == b.Configfs.LIO &&
-		slices.EqualFunc(o.Devices, b.Devices, rdma.Device.Equal) && slices.EqualFunc(o.Addrs, b.Addrs, rdma.Addr.Equal) &&
-		sameListeners(o.Listeners, b.Listeners) && slices.Equal(o.TCP, b.TCP) &&
-		slices.EqualFunc(o.JournalErrs, b.JournalErrs, sameErr) && maps.EqualFunc(o.Journal, b.Journal, Intent.equal) &&
-		slices.EqualFunc(o.Declared, b.Declared, Declared.equal)
 }
