@@ -57,9 +57,7 @@ func sameListeners(a, b []rdma.CMID) bool {
 // every verdict and object of b is o's.
 func sameReading(o, b *Observed) bool {
 	return sameErr(o.DevicesErr, b.DevicesErr) && sameErr(o.AddrsErr, b.AddrsErr) && sameErr(o.ListenersErr, b.ListenersErr) &&
-		sameErr(o.TCPErr, b.TCPErr) && sameErr(o.Configfs.Err, b.Configfs.Err) &&
-		o.Configfs.Probed == b.Configfs.Probed && o.Configfs.Root == b.Configfs.Root && o.Configfs.Mounted == b.Configfs.Mounted &&
-		o.Configfs.Nvmet == b.Configfs.Nvmet && o.Configfs.LIO == b.Configfs.LIO &&
+		sameErr(o.TCPErr, b.TCPErr) && o.Configfs.same(b.Configfs) &&
 		slices.EqualFunc(o.Devices, b.Devices, rdma.Device.Equal) && slices.EqualFunc(o.Addrs, b.Addrs, rdma.Addr.Equal) &&
 		sameListeners(o.Listeners, b.Listeners) && slices.Equal(o.TCP, b.TCP) &&
 		slices.EqualFunc(o.JournalErrs, b.JournalErrs, sameErr) && maps.EqualFunc(o.Journal, b.Journal, Intent.equal) &&

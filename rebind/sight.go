@@ -60,6 +60,12 @@ type ConfigfsSight struct {
 	LIO     bool // <root>/target/iscsi exists: iscsi_target_mod is loaded
 }
 
+// same tells whether two probes saw the same root.
+func (c ConfigfsSight) same(d ConfigfsSight) bool {
+	return c.Probed == d.Probed && c.Root == d.Root && c.Mounted == d.Mounted && c.Nvmet == d.Nvmet && c.LIO == d.LIO &&
+		sameErr(c.Err, d.Err)
+}
+
 // StrandedGrace is how long a stranded listener is left to the kernel's
 // own repair before it is rebound: `check` warns within it, and is
 // critical after it.
