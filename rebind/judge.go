@@ -101,8 +101,8 @@ func judge(ep Endpoint, listenersKnown bool, ix *rdma.Index) Verdict {
 func judgeTCP(ep Endpoint, known bool, listening []netip.AddrPort, ix *rdma.Index) Verdict {
 	v := Verdict{State: StateUnknown}
 	if !ep.Addr.Addr().IsUnspecified() {
-		c := ix.Carrier(ep.Addr.Addr())
-		v.Carrier = Carried{Netdev: c.Addr.Netdev, Ifindex: c.Addr.Ifindex, Held: c.Held}
+		a, held := ix.Addr(ep.Addr.Addr()) // no RDMA port to decide: a TCP bind needs only the address
+		v.Carrier = Carried{Netdev: a.Netdev, Ifindex: a.Ifindex, Held: held}
 	}
 	if !known {
 		return v

@@ -148,6 +148,13 @@ func (ix *Index) Carrier(ip netip.Addr) Carrier {
 	return c
 }
 
+// Addr returns the netdev address record of ip (what Carrier starts from),
+// without deciding which RDMA port carries it.
+func (ix *Index) Addr(ip netip.Addr) (Addr, bool) {
+	a, ok := ix.addrs[ip]
+	return a, ok
+}
+
 // Devices is the number of registered devices.
 func (ix *Index) Devices() int { return len(ix.devByIdx) }
 
