@@ -2,6 +2,7 @@ package rebind
 
 import (
 	"maps"
+	"net/netip"
 	"slices"
 
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
@@ -11,8 +12,10 @@ import (
 // kernel tables, journal, saved configs and configfs root, and a configfs
 // model whose Generation has not moved since the baseline was read —
 // carries the baseline's objects and verdicts (observe): judging them
-// again would give the same. TestCarriedObservationIsAFreshOne holds it
-// to that.
+// again would give the same. When only the kernel's tables changed (a
+// device reset, an address, a listener: an event), it carries the objects
+// and judges again only the endpoints whose inputs changed (rejudge).
+// TestCarriedObservationIsAFreshOne holds both to a fresh observation.
 
 // Generational is a Tree that can tell that nothing it answers changed
 // (watch.Model): Generation returns the same token (ok) for two calls
@@ -51,15 +54,96 @@ func sameListeners(a, b []rdma.CMID) bool {
 	return i == len(a) && j == len(b)
 }
 
-// sameReading tells whether o read the same as b of everything but
-// configfs: the kernel tables, their errors, the journal, the saved
-// configs and the configfs root's sight — so that, configfs unchanged,
-// every verdict and object of b is o's.
-func sameReading(o, b *Observed) bool {
+// sameInputs tells whether o read the same as b of everything a verdict
+// or an object reads but the kernel's tables: their errors, the journal,
+// the saved configs and the configfs root's sight.
+func sameInputs(o, b *Observed) bool {
 	return sameErr(o.DevicesErr, b.DevicesErr) && sameErr(o.AddrsErr, b.AddrsErr) && sameErr(o.ListenersErr, b.ListenersErr) &&
 		sameErr(o.TCPErr, b.TCPErr) && o.Configfs.same(b.Configfs) &&
-		slices.EqualFunc(o.Devices, b.Devices, rdma.Device.Equal) && slices.EqualFunc(o.Addrs, b.Addrs, rdma.Addr.Equal) &&
-		sameListeners(o.Listeners, b.Listeners) && slices.Equal(o.TCP, b.TCP) &&
 		slices.EqualFunc(o.JournalErrs, b.JournalErrs, sameErr) && maps.EqualFunc(o.Journal, b.Journal, Intent.equal) &&
 		slices.EqualFunc(o.Declared, b.Declared, Declared.equal)
+}
+
+// sameTables tells whether o read the same kernel tables as b, as judge
+// reads them.
+func sameTables(o, b *Observed) bool {
+	return slices.EqualFunc(o.Devices, b.Devices, rdma.Device.Equal) && slices.EqualFunc(o.Addrs, b.Addrs, rdma.Addr.Equal) &&
+		sameListeners(o.Listeners, b.Listeners) && slices.Equal(o.TCP, b.TCP)
+}
+
+// rejudge makes o the baseline b's objects with the verdicts of o's own
+// kernel tables (indexed in o.index), when b read the same configfs,
+// journal and saved configs (sameInputs, the model's Generation unmoved):
+// an endpoint whose inputs did not change — the delta of the RDMA tables
+// (rdma.Index.Since) does not touch it, no TCP socket of its address:port
+// came or went — keeps b's verdict, for judging it again would give the
+// same; the others are judged again. A device reset of one device of
+// thousands of listeners judges that device's endpoints only. A port
+// whose verdict now needs its links (linksNeeded) reads them from tree;
+// one that no longer does forgets them, as a fresh observation would.
+// false (o unchanged) when links cannot be read: the caller reads
+// everything.
+func (o *Observed) rejudge(b *Observed, tree Tree, declared map[string]bool) bool {
+	d := o.index.Since(b.Devices, b.Addrs, b.Listeners)
+	tcp := changedSockets(b.TCP, o.TCP)
+	list := slices.Clone(b.eps.list)
+	ports, unread := b.Ports, b.LinksUnread
+	owned := false // ports and unread are copies of b's
+	for i := range list {
+		e := &list[i]
+		entry := e.v.State == StateListening || e.v.State == StateStranded
+		if !d.Touches(e.ep.Owner(), e.ep.Addr) && !(entry && d.DeviceChanged(e.v.EntryDev)) && !tcp[e.ep.Addr] {
+			continue
+		}
+		v := o.judge(e.ep)
+		was := e.v.State == StateListening
+		e.v = v
+		if was == (v.State == StateListening) || e.ep.Kind == KindLIO {
+			continue
+		}
+		for pi := e.first; pi >= 0; pi = b.eps.nextPort[pi] {
+			p := ports[pi]
+			need := linksNeeded(p, b.portAddr[pi], true, v, o.Journal, declared)
+			if need == !unread[p.ID] || p.Err != nil {
+				continue
+			}
+			if !owned {
+				ports, unread, owned = slices.Clone(ports), maps.Clone(unread), true
+			}
+			if need {
+				links, err := tree.Links(p.ID)
+				if err != nil {
+					return false
+				}
+				ports[pi].Links = links
+				delete(unread, p.ID)
+			} else {
+				ports[pi].Links = nil
+				unread[p.ID] = true
+			}
+		}
+	}
+	o.carry(b)
+	o.eps.list, o.Ports, o.LinksUnread = list, ports, unread
+	return true
+}
+
+// changedSockets is the set of address:ports in one of two sorted lists
+// of TCP sockets and not the other.
+func changedSockets(a, b []netip.AddrPort) map[netip.AddrPort]bool {
+	out := map[netip.AddrPort]bool{}
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case i < len(a) && j < len(b) && a[i] == b[j]:
+			i, j = i+1, j+1
+		case j >= len(b) || (i < len(a) && a[i].Compare(b[j]) < 0):
+			out[a[i]] = true
+			i++
+		default:
+			out[b[j]] = true
+			j++
+		}
+	}
+	return out
 }

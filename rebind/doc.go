@@ -20,7 +20,11 @@
 //     the saved configs; when all of that reads as the baseline's did and
 //     the configfs model's Generation has not moved, the baseline's objects
 //     and verdicts are this observation's (nothing could judge otherwise);
-//     else index the tables (rdma.Index), judge each endpoint once
+//     when only the kernel's tables changed (an event: a reset, an
+//     address, a listener), the baseline's objects, and its verdicts but
+//     for the endpoints the tables' delta touches (rdma.Index.Since),
+//     judged again (carry.go: rejudge); else index the tables
+//     (rdma.Index), judge each endpoint once
 //     (judge.go: a Verdict — listening, dead, stranded, unknown; TCP ports
 //     from the TCP sockets), and read configfs, the links of ports only
 //     where the verdict needs them.

@@ -299,6 +299,17 @@ func portEndpoint(p configfs.Port, a parsedAddr) (Endpoint, bool) {
 	return Endpoint{}, false
 }
 
+// linksNeeded tells whether a plan reads port p's links: unless its
+// listener is alive (v, its endpoint's verdict, when indexed) at a
+// specific address, and no journal entry or saved config names it — a
+// live port's links are not needed to plan it.
+func linksNeeded(p configfs.Port, a parsedAddr, indexed bool, v Verdict, journal map[Key]Intent, declared map[string]bool) bool {
+	if _, journaled := journal[Key{KindNvmet, p.ID}]; !indexed || journaled || declared[p.ID] || a.ap.Addr().IsUnspecified() {
+		return true
+	}
+	return v.State != StateListening
+}
+
 // observe reads the kernel, the journal, the saved configs and configfs,
 // in that order: which listeners are alive decides how much of configfs
 // must be read (a live port's links are not needed). With prev (the
@@ -360,7 +371,9 @@ func (e *Engine) observe(cfg Config, base *Baseline, prev []rdma.Device, into *r
 	if generational {
 		obs.tok, tokOK = g.Generation()
 	}
-	if b := base; tokOK && b != nil && b.obs.stable && b.obs.tok == obs.tok && sameReading(&obs, &b.obs) {
+	b := base
+	carry := tokOK && b != nil && b.obs.stable && b.obs.tok == obs.tok && sameInputs(&obs, &b.obs)
+	if carry && sameTables(&obs, &b.obs) {
 		// Nothing that decides a verdict or an object changed since the
 		// baseline was read: its verdicts and objects are this
 		// observation's (judging them again would give the same).
@@ -369,6 +382,13 @@ func (e *Engine) observe(cfg Config, base *Baseline, prev []rdma.Device, into *r
 	}
 	into.Reindex(obs.Devices, obs.Addrs, obs.Listeners)
 	obs.index = into
+	if carry && obs.rejudge(&b.obs, e.opt.Tree, declared) {
+		// Only the kernel's tables changed: the baseline's objects, and
+		// its verdicts where their inputs did not change.
+		after, ok := g.Generation()
+		obs.stable = ok && after == obs.tok
+		return obs, nil
+	}
 	ports, err := e.opt.Tree.Ports()
 	if err != nil {
 		return obs, err
@@ -386,13 +406,13 @@ func (e *Engine) observe(cfg Config, base *Baseline, prev []rdma.Device, into *r
 		if ep, ok := portEndpoint(p, a); ok && p.Err == nil {
 			ei = obs.entryAt(ep)
 		}
-		needLinks := true
-		if _, journaled := obs.Journal[Key{KindNvmet, p.ID}]; ei >= 0 && !journaled && !declared[p.ID] && !a.ap.Addr().IsUnspecified() {
-			needLinks = obs.eps.list[ei].v.State != StateListening
+		var v Verdict
+		if ei >= 0 {
+			v = obs.eps.list[ei].v
 		}
 		switch {
 		case p.Err != nil:
-		case needLinks:
+		case linksNeeded(p, a, ei >= 0, v, obs.Journal, declared):
 			p.Links, err = e.opt.Tree.Links(p.ID)
 			if errors.Is(err, fs.ErrNotExist) {
 				continue // removed while we read

@@ -18,6 +18,10 @@ type Index struct {
 	spans    map[listenKey]span // address-bound LISTEN entries: backing[start:end]
 	backing  []CMID
 	wild     map[listenKey]bool // wildcard children (no port)
+	// The tables indexed, as given (never written): what Since compares
+	// an earlier reading with.
+	addrList []Addr
+	cmids    []CMID
 }
 
 // Carrier is where an address is and which RDMA port would carry it.
@@ -86,6 +90,7 @@ func (ix *Index) Reindex(devs []Device, addrs []Addr, cmids []CMID) {
 		clear(ix.wild)
 	}
 	ix.carriers.Reindex(devs)
+	ix.addrList, ix.cmids = addrs, cmids
 	// The bound listeners share one backing array, grouped by key in
 	// table order: each key's entries are a span of it (one allocation
 	// instead of one per listener, and one map).
