@@ -236,7 +236,9 @@ func sameCarrier(a, b Carrier) bool {
 }
 
 func sameListenerTables(a, b []CMID) bool {
-	l := func(s []CMID) []CMID { return slices.DeleteFunc(slices.Clone(s), func(c CMID) bool { return !c.Listening() }) }
+	l := func(s []CMID) []CMID {
+		return slices.DeleteFunc(slices.Clone(s), func(c CMID) bool { return !c.Listening() })
+	}
 	return slices.EqualFunc(l(a), l(b), SameListener)
 }
 
