@@ -9,7 +9,8 @@
 # with listening unknown; the first round plans every object, and the
 # resyncs after it, which read the same (the same error included), keep
 # that plan, as a target whose listeners are alive does. The periodic full
-# rescan is every 10 minutes (rescan_interval).
+# rescan is every 10 minutes (rescan_interval; RESCAN=1m in the
+# environment makes it every minute, to see a rescan's cost in a short run).
 set -eu
 SECS=${1:-600}
 PORTS=${2:-4096}
@@ -41,7 +42,7 @@ while [ $i -le "$PORTALS" ]; do
 	echo 1 >"${np%/np/*}/enable"
 	i=$((i + 1))
 done
-printf '[policy]\nresync_interval = "30s"\nrescan_interval = "10m"\n' >"$W/c.toml"
+printf '[policy]\nresync_interval = "30s"\nrescan_interval = "%s"\n' "${RESCAN:-10m}" >"$W/c.toml"
 chmod 600 "$W/c.toml"
 flag=
 [ "$MODE" = full ] && flag=--no-watch

@@ -22,7 +22,12 @@ import (
 // that allocated trimMin or more, trimMemory collects and returns every
 // free page to the system (debug.FreeOSMemory), and sets GOGC so that a
 // burst as large fits the heap goal without a GC in its middle (the
-// trim's GC takes its place). The cost is a GC per trim and the page
+// trim's GC takes its place) — for as long as such bursts come: once the
+// loop is quiet after rounds that allocated little (idle resyncs, whose
+// observation is carried), GOGC is 100 again, so that the periodic
+// rescan's burst, minutes later, is paced by the runtime rather than by
+// a goal sized for the start-up's (its RSS peak was 5× the live heap
+// when it was not). The cost is a GC per trim and the page
 // faults of the next round re-touching returned pages, in system time;
 // BENCHMARKS.md ("Idle") has RSS and CPU with and without it
 // (tests/idle-cost.sh 600 4096 4096 model; GOGC=100 in the environment
@@ -61,7 +66,9 @@ func (t *trimmer) Run(ctx context.Context) error {
 // system, then sets GOGC to make the heap goal the live heap plus 1.25
 // times what those rounds allocated (between 100 and maxGCPercent). A
 // burst that allocates twice that before the loop is quiet again sets
-// GOGC back to 100: the runtime's own pacing, for a heap that is growing.
+// GOGC back to 100: the runtime's own pacing, for a heap that is growing;
+// so does a quiet loop after rounds that allocated less than trimMin
+// since it was last quiet: the bursts GOGC was raised for are over.
 func trimMemory(ctx context.Context, rounds <-chan struct{}, quiet timer) {
 	s := []rtmetrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/heap/live:bytes"}}
 	read := func() (allocs, live uint64) {
@@ -69,6 +76,7 @@ func trimMemory(ctx context.Context, rounds <-chan struct{}, quiet timer) {
 		return s[0].Value.Uint64(), s[1].Value.Uint64()
 	}
 	last, _ := read() // allocations at the last trim
+	lastQuiet := last // allocations when the loop was last found quiet
 	var expect uint64 // the burst the GOGC set was made for; 0: GOGC is 100
 	defer quiet.Stop()
 	for {
@@ -85,13 +93,19 @@ func trimMemory(ctx context.Context, rounds <-chan struct{}, quiet timer) {
 			}
 		case <-quiet.C():
 			allocs, _ := read()
-			burst := allocs - last
+			burst, since := allocs-last, allocs-lastQuiet
+			lastQuiet = allocs
+			if expect != 0 && since < trimMin {
+				debug.SetGCPercent(100) // the bursts it was raised for are over
+				expect = 0
+			}
 			if burst < trimMin {
 				continue
 			}
 			debug.FreeOSMemory()
 			var live uint64
 			last, live = read()
+			lastQuiet = last
 			expect = 0
 			pct := 100
 			if live > 0 {

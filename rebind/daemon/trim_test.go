@@ -34,7 +34,8 @@ func garbage(n int) {
 // a quiet loop after rounds that allocated little is not trimmed; rounds
 // re-arm the quiet timer and never trim; the quiet after a burst trims
 // once (the free heap back to the system, GOGC sized for the burst); a
-// burst twice as large before the next quiet sets GOGC back to 100.
+// burst twice as large before the next quiet sets GOGC back to 100, and
+// so does a quiet loop after rounds that allocated little.
 func TestTrimMemory(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -104,6 +105,23 @@ func TestTrimMemory(t *testing.T) {
 	round()
 	if _, gogc, f, _ := memStats(); gogc != 100 || f != forced {
 		t.Fatalf("after a burst twice the last: GOGC %d, %d forced GCs more; want 100 and none", gogc, f-forced)
+	}
+
+	// Quiet: trimmed, GOGC raised again for that burst. Then rounds that
+	// allocate little and a quiet loop (an idle resync): GOGC back to
+	// 100, no trim — the next large burst (a rescan, minutes later) is
+	// paced by the runtime.
+	quiet.fire(t)
+	round()
+	_, gogc, forced, _ = memStats()
+	if gogc <= 100 || forced != forced0+2 {
+		t.Fatalf("quiet after the second burst: GOGC %d, %d forced GCs; want it raised, 2", gogc, forced-forced0)
+	}
+	round()
+	quiet.fire(t)
+	round()
+	if _, gogc, f, _ := memStats(); gogc != 100 || f != forced {
+		t.Fatalf("quiet after an idle round: GOGC %d, %d forced GCs more; want 100 and none", gogc, f-forced)
 	}
 	cancel()
 	<-done
