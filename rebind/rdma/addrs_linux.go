@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
@@ -18,34 +19,49 @@ const addrAttempts = 3
 // address. An address whose link vanished between the two dumps has an
 // empty Netdev and no HWAddr.
 func Addrs() ([]Addr, error) {
-	var err error
-	for range addrAttempts {
-		var addrs []Addr
-		addrs, err = addrsOnce()
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			return addrs, err
-		}
-	}
-	return nil, fmt.Errorf("%d attempts: %w", addrAttempts, err)
+	_, addrs, err := NetdevsAndAddrs()
+	return addrs, err
 }
 
-func addrsOnce() ([]Addr, error) {
+// NetdevsAndAddrs is Addrs with the links of the same reading (the
+// relations RoCENeeds follows).
+func NetdevsAndAddrs() ([]Netdev, []Addr, error) {
+	var err error
+	for range addrAttempts {
+		var links []Netdev
+		var addrs []Addr
+		links, addrs, err = addrsOnce()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return links, addrs, err
+		}
+	}
+	return nil, nil, fmt.Errorf("%d attempts: %w", addrAttempts, err)
+}
+
+func addrsOnce() ([]Netdev, []Addr, error) {
 	links, err := netlink.LinkList()
 	if err != nil {
-		return nil, fmt.Errorf("rtnetlink: link dump: %w", err)
+		return nil, nil, fmt.Errorf("rtnetlink: link dump: %w", err)
 	}
 	type link struct {
 		name string
 		hw   []byte
 	}
 	byIndex := make(map[int]link, len(links))
+	nds := make([]Netdev, 0, len(links))
 	for _, l := range links {
 		a := l.Attrs()
 		byIndex[a.Index] = link{name: a.Name, hw: a.HardwareAddr}
+		kind := l.Type()
+		if _, generic := l.(*netlink.Device); generic {
+			kind = "" // no IFLA_INFO_KIND
+		}
+		nds = append(nds, Netdev{Index: a.Index, Name: a.Name, Kind: kind, Parent: a.ParentIndex, ParentNS: a.NetNsID >= 0,
+			Master: a.MasterIndex, Loopback: a.Flags&net.FlagLoopback != 0})
 	}
 	nas, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
-		return nil, fmt.Errorf("rtnetlink: address dump: %w", err)
+		return nil, nil, fmt.Errorf("rtnetlink: address dump: %w", err)
 	}
 	addrs := make([]Addr, 0, len(nas))
 	for _, na := range nas {
@@ -61,5 +77,5 @@ func addrsOnce() ([]Addr, error) {
 		l := byIndex[na.LinkIndex]
 		addrs = append(addrs, Addr{Ifindex: na.LinkIndex, Netdev: l.name, IP: ip.Unmap(), HWAddr: bytes.Clone(l.hw)})
 	}
-	return addrs, nil
+	return nds, addrs, nil
 }

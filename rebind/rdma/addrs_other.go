@@ -11,3 +11,9 @@ import (
 func Addrs() ([]Addr, error) {
 	return nil, fmt.Errorf("rtnetlink: address dump: %w: %w", ErrUnsupported, errors.ErrUnsupported)
 }
+
+// NetdevsAndAddrs fails with ErrUnsupported outside Linux.
+func NetdevsAndAddrs() ([]Netdev, []Addr, error) {
+	_, err := Addrs()
+	return nil, nil, err
+}

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
+	"net/netip"
 	"os"
 	"path"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -28,6 +31,32 @@ const gidAttempts = 3
 // sysfsRoot (os.Root); a missing device or port wraps fs.ErrNotExist. Empty
 // (all-zero) entries are left out; the result is sorted by Index.
 func ReadSysfsGIDs(sysfsRoot, dev string, port uint32) ([]GID, error) {
+	return readSysfsGIDs(sysfsRoot, dev, port, nil)
+}
+
+// ReadSysfsGIDsNeeded is ReadSysfsGIDs for a RoCE port of which only the
+// entries of need can matter (RoCENeeds): it reads the table in index
+// order, a batch at a time, and stops after the batch in which the last
+// key of need was seen — at once when need is empty. The kernel gives a
+// new entry the lowest free index (cache.c), so the entries in use are at
+// the start of the table: with every key found, the 1,024 entries of an
+// rxe port cost a batch, not 1,024 files. A key that is not in the table
+// (not filled yet, or never) makes it read the whole table, as
+// ReadSysfsGIDs does. The result holds the valid entries read.
+func ReadSysfsGIDsNeeded(sysfsRoot, dev string, port uint32, need map[GIDKey]bool) ([]GID, error) {
+	return readSysfsGIDs(sysfsRoot, dev, port, maps.Clone(need)) // readGIDs marks the keys it saw
+
+}
+
+// GIDKey is what a RoCE GID entry is looked up by (Carriers): the IP it
+// encodes (unmapped, no zone) and the netdev it was added for.
+type GIDKey struct {
+	IP     netip.Addr
+	Netdev string
+}
+
+// readSysfsGIDs reads the table, all of it when need is nil (readGIDs).
+func readSysfsGIDs(sysfsRoot, dev string, port uint32, need map[GIDKey]bool) ([]GID, error) {
 	if !validName(dev) {
 		return nil, fmt.Errorf("sysfs rdma device %q: invalid name", dev)
 	}
@@ -56,7 +85,7 @@ func ReadSysfsGIDs(sysfsRoot, dev string, port uint32) ([]GID, error) {
 		return nil, fmt.Errorf("sysfs %s/gids: %w", dir, err)
 	}
 	defer gdir.Close()
-	gids, err := readGIDs(sysfs{root: pr}, sysfs{root: gr, dir: gdir})
+	gids, err := readGIDs(sysfs{root: pr}, sysfs{root: gr, dir: gdir}, need)
 	if err != nil {
 		return nil, fmt.Errorf("sysfs %s: %w", dir, err)
 	}
@@ -70,9 +99,17 @@ type attrFS interface {
 	read(p string) (string, error)
 }
 
+// Batches of readGIDs with a need: the first, and the largest (each batch
+// is twice the one before).
+const (
+	gidFirstBatch = 16
+	gidMaxBatch   = 256
+)
+
 // readGIDs reads the GID table of a port: port is the port directory,
-// gids its gids/ directory.
-func readGIDs(port, gids attrFS) ([]GID, error) {
+// gids its gids/ directory. With need non-nil it reads in index order and
+// stops after the batch in which every key of need was seen.
+func readGIDs(port, gids attrFS, need map[GIDKey]bool) ([]GID, error) {
 	names, err := gids.list(".")
 	if err != nil {
 		return nil, fmt.Errorf("gids: %w", err)
@@ -80,32 +117,54 @@ func readGIDs(port, gids attrFS) ([]GID, error) {
 	if len(names) > maxGIDEntries {
 		return nil, fmt.Errorf("gids: %d entries, more than %d", len(names), maxGIDEntries)
 	}
-	idxs := make([]uint32, len(names))
+	type entry struct {
+		name string
+		idx  uint32
+	}
+	es := make([]entry, len(names))
 	for i, n := range names {
 		idx, err := strconv.ParseUint(n, 10, 32)
 		if err != nil {
 			return nil, fmt.Errorf("gids/%s: not a GID index", n)
 		}
-		idxs[i] = uint32(idx)
+		es[i] = entry{n, uint32(idx)}
+	}
+	slices.SortFunc(es, func(a, b entry) int { return cmp.Compare(a.idx, b.idx) })
+	names = names[:0]
+	for _, e := range es {
+		names = append(names, e.name)
 	}
 	// Most entries are empty (rxe has 1,024, mlx5 256 per port): read
 	// every gids/<i> first, several at a time, and read the attributes
 	// (and the entry again) only for the ones in use.
-	empty := preread(gids, names)
 	var table []GID
-	for i := range names {
-		if empty[i] {
-			continue
-		}
-		g, ok, err := readGID(port, gids, idxs[i])
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			table = append(table, g)
-		}
+	missing := len(need)
+	batch := len(names)
+	if need != nil {
+		batch = gidFirstBatch
 	}
-	slices.SortFunc(table, func(a, b GID) int { return cmp.Compare(a.Index, b.Index) })
+	for start := 0; start < len(names) && (need == nil || missing > 0); {
+		end := min(start+batch, len(names))
+		empty := preread(gids, names[start:end])
+		for i := start; i < end; i++ {
+			if empty[i-start] {
+				continue
+			}
+			g, ok, err := readGID(port, gids, es[i].idx)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				continue
+			}
+			table = append(table, g)
+			if k := (GIDKey{g.IP(), g.Netdev}); g.Netdev != "" && need[k] {
+				need[k] = false // seen: counted once
+				missing--
+			}
+		}
+		start, batch = end, min(2*batch, gidMaxBatch)
+	}
 	return table, nil
 }
 
@@ -114,23 +173,25 @@ const gidReaders = 4
 
 // preread reads gids/<name> for every name, gidReaders at a time, and
 // reports the ones that read as the zero GID (empty). An error is not
-// "empty": readGID reads that entry again and reports it.
+// "empty": readGID reads that entry again and reports it. The readers
+// take the next name from a shared counter (no channel: a hand-off per
+// entry costs a wake-up, under TCG a slow one).
 func preread(gids attrFS, names []string) []bool {
 	empty := make([]bool, len(names))
 	var wg sync.WaitGroup
-	next := make(chan int)
+	var next atomic.Int64
 	for range min(gidReaders, len(names)) {
 		wg.Go(func() {
-			for i := range next {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(names) {
+					return
+				}
 				raw, err := readRawGID(gids, names[i])
 				empty[i] = err == nil && raw == ([16]byte{})
 			}
 		})
 	}
-	for i := range names {
-		next <- i
-	}
-	close(next)
 	wg.Wait()
 	return empty
 }

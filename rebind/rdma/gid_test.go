@@ -315,7 +315,7 @@ func TestReadGIDsKernelErrnos(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			tt.fake.reads = map[string]int{}
-			got, err := readGIDs(&tt.fake, subdir{&tt.fake, "gids"})
+			got, err := readGIDs(&tt.fake, subdir{&tt.fake, "gids"}, nil)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("readGIDs = %+v, %v; want an error naming %q", got, err, tt.wantErr)

@@ -50,6 +50,12 @@ func (l *Live) Devices() ([]Device, error) { return l.DevicesReusingGIDs(nil) }
 // DevicesReusingGIDs is Devices, with the GID tables of prev (an earlier
 // listing) for the ports of the same device index, name and port that it
 // read then; other ports' tables are read (all of them when prev is nil).
+//
+// A RoCE port's table is read only as far as the entries that can matter
+// (RoCENeeds over the links and addresses read just before it,
+// ReadSysfsGIDsNeeded): an rxe port has 1,024 entry files, a few in use
+// at the start. A port whose keys cannot be told (not RoCE, no netdev,
+// the links unreadable) is read whole.
 func (l *Live) DevicesReusingGIDs(prev []Device) ([]Device, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -75,6 +81,7 @@ func (l *Live) DevicesReusingGIDs(prev []Device) ([]Device, error) {
 			}
 		}
 	}
+	var needs *GIDNeeds // read once, when a table is
 	for i := range devs {
 		for j := range devs[i].Ports {
 			p := &devs[i].Ports[j]
@@ -82,14 +89,26 @@ func (l *Live) DevicesReusingGIDs(prev []Device) ([]Device, error) {
 				p.GIDs, p.GIDsKnown = g, true
 				continue
 			}
-			l.fillPort(devs[i].Name, p)
+			if needs == nil {
+				needs = new(GIDNeeds)
+				if links, addrs, err := NetdevsAndAddrs(); err == nil {
+					*needs = RoCENeeds(devs, links, addrs)
+				}
+			}
+			l.fillPort(devs[i], p, *needs)
 		}
 	}
 	return devs, nil
 }
 
-func (l *Live) fillPort(dev string, p *Port) {
-	gids, err := ReadSysfsGIDs(l.sysfsRoot, dev, p.Index)
+func (l *Live) fillPort(d Device, p *Port, needs GIDNeeds) {
+	var gids []GID
+	var err error
+	if keys, ok := needs.Of(d, *p); ok {
+		gids, err = ReadSysfsGIDsNeeded(l.sysfsRoot, d.Name, p.Index, keys)
+	} else {
+		gids, err = ReadSysfsGIDs(l.sysfsRoot, d.Name, p.Index)
+	}
 	p.GIDs, p.GIDsKnown = gids, err == nil
 }
 

@@ -29,7 +29,8 @@ type sysfs struct {
 // readAt reads the attribute file name (one path element) of s.dir.
 //
 // As configfs attributes are read (configfs/read_linux.go): the open is
-// non-blocking and does not follow a symlink, the read is bounded, and
+// non-blocking and does not follow a symlink, the read is bounded and
+// ends at the first short read (an attribute is produced whole), and
 // what is not a regular file is an error; the fstat that tells is made
 // only when the read was empty, failed or hit the bound (a FIFO without a
 // writer reads nothing, with a silent one EAGAIN, /dev/zero never ends):
@@ -67,7 +68,13 @@ func (s sysfs) readAt(name string) (string, error) {
 		if m == 0 {
 			break
 		}
+		short := m < len(buf)-n
 		n += m
+		if short {
+			// sysfs produces an attribute whole: a short read is the
+			// end (saves the read that would return 0).
+			break
+		}
 	}
 	if n == 0 || n > maxAttrSize {
 		if err := checkRegular(fd); err != nil {

@@ -53,7 +53,7 @@ type Port struct {
 	PhysState   uint8  // RDMA_NLDEV_ATTR_PORT_PHYS_STATE: 5 LINK_UP
 	NetdevIndex uint32 // RDMA_NLDEV_ATTR_NDEV_INDEX; 0 when there is none
 	Netdev      string // RDMA_NLDEV_ATTR_NDEV_NAME; "" when there is none
-	GIDs        []GID  // the port's GID table (sysfs ports/<n>/gids, gid_attrs); entries that are all zero are left out
+	GIDs        []GID  // the port's GID table (sysfs ports/<n>/gids, gid_attrs); entries that are all zero are left out; Live reads a RoCE port's only as far as the entries its addresses need (ReadSysfsGIDsNeeded)
 	GIDsKnown   bool   // false: the table could not be read (GIDs nil); never guess from it then
 }
 

@@ -1,7 +1,9 @@
 # bench (only with NVMET_REBIND_E2E_BENCH=N): N resets each for an nvmet port
 # and an iSER portal; time from `rdma link add` to LISTEN with the daemon,
 # then the floor: a script doing the relink (unlink+ln -s, iser 0/1) right
-# after `rdma link add`, in the same VM. Prints median and max.
+# after `rdma link add`, in the same VM. Prints median and max; for each
+# daemon reset, how long `rdma link add` took and the daemon's events and
+# acting round (debug log: observe, plan, act_and_verify, ...).
 NQN=nqn.2024-01.io.e2e:bench
 IQN=iqn.2024-01.io.e2e:bench
 A=192.0.2.1
@@ -14,11 +16,13 @@ target_pair $A $NQN $IQN
 LINK=$N/ports/1/subsystems/$NQN
 ISER=$T/iscsi/$IQN/tpgt_1/np/$A:3260/iser
 one() { # MODE: daemon | script
+	l0=$(wc -l <"$W/daemon.log")
 	rdma_del rxe0 || fail "rdma link delete"
 	wait_gone nvmet_rdma $A 4420 5 || fail "listener survived"
 	sleep 0.5
 	t0=$(now)
 	rxe_add rxe0 veth0 || fail "rdma link add"
+	t1=$(now)
 	if [ "$1" = script ]; then
 		# nvmet in the background (rm and ln are programs), LIO with shell
 		# builtins only: both start right after rdma link add returns.
@@ -31,7 +35,12 @@ one() { # MODE: daemon | script
 	l=$(wait_listen ib_isert $A 3260 20 "$t0") || fail "$1: lio not healed"
 	echo "$n" >>"$W/$1.nvmet"
 	echo "$l" >>"$W/$1.lio"
-	log "$1: nvmet $n ms, lio $l ms"
+	log "$1: nvmet $n ms, lio $l ms (t0 $t0 us, rdma link add $(((t1 - t0) / 1000)) ms)"
+	if [ "$1" = daemon ]; then
+		# Where the daemon's time went: its events and the rounds that
+		# acted (debug log: observe, plan, act_and_verify, ...).
+		tail -n +"$((l0 + 1))" "$W/daemon.log" | grep 'msg=event\|msg=round' | head -n 16 | while read -r line; do log "  $line"; done
+	fi
 }
 write_config
 daemon_start || fail "daemon did not start"
