@@ -173,3 +173,62 @@ func (s *memStore) SavePins(p map[Key]uint64) error {
 	s.pins = maps.Clone(p)
 	return nil
 }
+
+// guidKernel is a Kernel whose device of one name reports the node GUID
+// asked for (a GUID changed in place: nothing else of the tables does).
+type guidKernel struct {
+	*rdmatest.System
+	name string
+	guid uint64
+}
+
+func (k *guidKernel) Devices() ([]rdma.Device, error) {
+	ds, err := k.System.Devices()
+	for i := range ds {
+		if ds[i].Name == k.name {
+			ds[i].NodeGUID = k.guid
+		}
+	}
+	return ds, err
+}
+
+// A device whose identity changed under a stranded listener (its node
+// GUID; the listener entries and the address's carrier, another device,
+// unchanged) is judged again: the verdict names the new GUID, as a fresh
+// observation's does.
+func TestRejudgedWhenTheEntrysDeviceChanged(t *testing.T) {
+	s := rdmatest.NewSystem(t)
+	s.AddAddr("veth0", "192.0.2.1")
+	s.AddDevice("rxe0", 1, "veth0")
+	s.AddDevice("rxe1", 2, "veth1")
+	s.LinkedPort("1", "192.0.2.1", "4420", "nqn.a")
+	s.AddAddr("veth1", "192.0.2.1")
+	s.DelAddr("veth0", "192.0.2.1") // stranded on rxe0
+	k := &guidKernel{System: s, name: "rxe0", guid: 0x100}
+	m, err := watch.New(s.FS(), watch.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	e := New(Options{Tree: m, Kernel: k, Store: newMemStore(), Config: DefaultConfig(), DryRun: true})
+	for range 2 {
+		if _, err := e.Reconcile(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ep := Endpoint{KindNvmet, netip.MustParseAddrPort("192.0.2.1:4420")}
+	if v := e.base.obs.verdict(ep); v.State != StateStranded || v.EntryGUID != 0x100 {
+		t.Fatalf("before: verdict %+v, want stranded on GUID 0x100", v)
+	}
+	k.guid = 0x200
+	got, err := e.observe(e.cfg, e.base, nil, new(rdma.Index))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.shared || sameTables(&got, &e.base.obs) {
+		t.Fatalf("shared %v, same tables %v: want the partly carried observation", got.shared, sameTables(&got, &e.base.obs))
+	}
+	if v := got.verdict(ep); v.State != StateStranded || v.EntryGUID != 0x200 {
+		t.Fatalf("verdict %+v, want stranded on GUID 0x200", v)
+	}
+}
