@@ -56,8 +56,18 @@ while ! bin/nvmet-rebind --config "$W/c.toml" --configfs-root "$W/cfs" --state-d
 	i=$((i + 1))
 	[ $i -lt 240 ] || { echo "the daemon did not answer in 120 s" >&2; tail -n 20 "$W/log" >&2; exit 1; }
 done
-sleep 2
 ticks() { awk '{print $14 + $15}' /proc/$PID/stat; }
+# The first round (every object planned) and the memory trim after it go
+# on after the socket answers, longer on a loaded machine: the window
+# starts once the daemon has used no CPU for two seconds (at most 60 s).
+i=0 prev=-1
+while [ $i -lt 60 ]; do
+	t=$(ticks)
+	[ "$t" = "$prev" ] && break
+	prev=$t
+	sleep 2
+	i=$((i + 2))
+done
 ctx() { cat /proc/$PID/task/*/status | awk '/^voluntary_ctxt_switches|^nonvoluntary_ctxt_switches/ {s += $2} END {print s}'; }
 rss() { awk '/VmRSS/ {print $2}' /proc/$PID/status; }
 t0=$(ticks)
