@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,7 +30,7 @@ const (
 	envTimeout   = "NVMET_REBIND_E2E_TIMEOUT"   // hard limit per boot (Go duration)
 	envVerbose   = "NVMET_REBIND_E2E_VERBOSE"   // "1": echo the console while it runs
 	envSiw       = "NVMET_REBIND_E2E_SIW"       // "0": do not build siw.ko
-	envDistros   = "NVMET_REBIND_E2E_DISTROS"   // TestSystemd's images: "debian12 debian13" (default)
+	envDistros   = "NVMET_REBIND_E2E_DISTROS"   // TestSystemd's images: "debian12 debian13 debian-testing" (default)
 )
 
 // skipUnlessVM skips when the VM tests cannot or should not run.
@@ -213,14 +214,14 @@ var fullKernels = map[string]bool{"6.12": true, vm.NewestSeries: true}
 
 // representativeScenarios: one of each kind — the kernel facts, nvmet and
 // LIO resets, the netdev recreated, IPv6, soft-iWARP, the boot completion,
-// a shared iSER portal, a VLAN, NVMe/TCP's boot completion (tcp-boot) —
-// about 3 minutes of boot; and bench
+// a shared iSER portal, a VLAN, NVMe/TCP's boot completion (tcp-boot) and
+// a host without RDMA (tcp-only) — about 3.5 minutes of boot; and bench
 // (only run when NVMET_REBIND_E2E_BENCH asks), so that its figures exist
 // per kernel.
 var representativeScenarios = map[string]bool{
 	"smoke": true, "nvmet-reset": true, "lio-reset": true, "netdev-recreate": true,
 	"ipv6": true, "siw-reset": true, "boot-completion": true, "shared-iser": true, "vlan": true, "tcp-boot": true,
-	"bench": true,
+	"tcp-only": true, "bench": true,
 }
 
 // kernelSeries is the kernels to boot: NVMET_REBIND_E2E_KERNELS, else
@@ -262,17 +263,28 @@ func kernelPlan(selected []string) []kernelRun {
 }
 
 // systemdKernels are the kernels TestSystemd boots an image on:
-// NVMET_REBIND_E2E_KERNELS or, with NVMET_REBIND_E2E_ALL=1, all of
-// defaultKernels; by default the image's own: Debian 12 on its 6.1, Debian
-// 13 on its 6.12.
+// NVMET_REBIND_E2E_KERNELS when set; by default the image's own (Debian 12
+// on its 6.1, Debian 13 on its 6.12, Debian testing on forky's kernel:
+// vm.DebianRelease.Kernel); with NVMET_REBIND_E2E_ALL=1 every one of
+// defaultKernels and the image's own.
 func systemdKernels(codename string) []string {
-	if s := strings.Fields(os.Getenv(envKernels)); len(s) > 0 || os.Getenv(envAll) == "1" {
-		return kernelSeries()
+	own := ""
+	for _, r := range vm.DebianReleases {
+		if r.Codename == codename {
+			own = r.Kernel
+		}
 	}
-	if codename == "bookworm" {
-		return []string{"6.1"}
+	if s := strings.Fields(os.Getenv(envKernels)); len(s) > 0 {
+		return s
 	}
-	return []string{"6.12"}
+	if os.Getenv(envAll) == "1" {
+		ks := kernelSeries()
+		if own != "" && !slices.Contains(ks, own) {
+			ks = append(slices.Clone(ks), own)
+		}
+		return ks
+	}
+	return []string{own}
 }
 
 // vmImage is everything needed to boot one kernel.

@@ -2,9 +2,11 @@ package tests
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,12 +16,14 @@ import (
 )
 
 // TestSystemd installs the project's .deb into Debian images — Debian 12
-// (systemd 252, where the package adds its systemd-252 drop-in) and
-// Debian 13 (systemd 257: the unit's own Type=notify-reload, no drop-in) —
-// boots each under qemu with systemd as PID 1 (real udevd, the LIO restore
-// unit of python3-rtslib-fb and an nvmet.service of the test's own), and
-// runs tests/guest/systemd/e2e-systemd in it: two boots on the same disk
-// per kernel. Each check is a subtest:
+// (systemd 252, where the package adds its systemd-252 drop-in), Debian 13
+// (systemd 257: the unit's own Type=notify-reload, no drop-in) and Debian
+// testing (systemd 262, with Debian's nvmetcli) — boots each under qemu
+// with systemd as PID 1 (real udevd, the LIO restore unit of
+// python3-rtslib-fb, and an nvmet.service: the test's own stand-in on 12
+// and 13, nvmetcli upstream's unit running Debian's nvmetcli on testing),
+// and runs tests/guest/systemd/e2e-systemd in it: two boots on the same
+// disk per kernel. Each check is a subtest:
 // TestSystemd/<release>/<kernel>/<boot>/<check>.
 func TestSystemd(t *testing.T) {
 	skipUnlessVM(t)
@@ -27,27 +31,33 @@ func TestSystemd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deb := ""
+	var debs systemdDebs
 	for _, p := range plan {
 		t.Run(p.release.Name, func(t *testing.T) {
-			root, err := vm.DebianRootfs(p.release.Codename)
+			root, err := vm.DebianRootfs(p.release)
 			if err != nil {
 				if s, ok := err.(vm.ErrSkip); ok {
 					t.Skip(s.Msg)
 				}
 				t.Fatalf("%s image: %v", p.release.Codename, err)
 			}
-			if deb == "" {
-				deb = buildDeb(t)
+			if debs.deb == "" {
+				debs.deb = buildDeb(t)
+				debs.newer = buildNewerDeb(t, debs.deb)
 			}
 			for _, series := range p.kernels {
 				t.Run(series, func(t *testing.T) {
-					runSystemd(t, p.release, series, root, deb)
+					runSystemd(t, p.release, series, root, debs)
 				})
 			}
 		})
 	}
 }
+
+// systemdDebs are the packages the guest installs: the tree's .deb (boot
+// 1's dpkg -i) and the same tree built with a higher version (boot 2's
+// upgrade check).
+type systemdDebs struct{ deb, newer string }
 
 // systemdRun is one image with the kernels it boots.
 type systemdRun struct {
@@ -56,21 +66,25 @@ type systemdRun struct {
 }
 
 // systemdPlan: NVMET_REBIND_E2E_DISTROS picks images by name (default
-// all), each booting systemdKernels().
+// all: debian12 debian13 debian-testing), each booting systemdKernels().
 func systemdPlan() ([]systemdRun, error) {
 	want := map[string]bool{}
 	for _, d := range strings.Fields(os.Getenv(envDistros)) {
 		want[d] = true
 	}
+	// unknown is what is left of want once every image was looked at: want
+	// itself stays whole, or an image named first would let the later
+	// ones in.
+	unknown := maps.Clone(want)
 	var plan []systemdRun
 	for _, r := range vm.DebianReleases {
+		delete(unknown, r.Name)
 		if len(want) > 0 && !want[r.Name] {
 			continue
 		}
-		delete(want, r.Name)
 		plan = append(plan, systemdRun{r, systemdKernels(r.Codename)})
 	}
-	for d := range want {
+	for d := range unknown {
 		var names []string
 		for _, r := range vm.DebianReleases {
 			names = append(names, r.Name)
@@ -113,7 +127,61 @@ func buildDeb(t *testing.T) string {
 	return debFile
 }
 
-func runSystemd(t *testing.T, rel vm.DebianRelease, series, rootTar, deb string) {
+var newerOnce sync.Once
+var newerFile, newerErr = "", error(nil)
+
+// buildNewerDeb runs `make packages` again into the cache, with
+// PKG_VERSION set above deb's own version (the Makefile's packages target
+// takes the version from etc/packaging/version.sh, which honours
+// PKG_VERSION): the same files under a version dpkg sorts after deb's, so
+// that dpkg -i of it is an upgrade, as apt would do one.
+func buildNewerDeb(t *testing.T, deb string) string {
+	t.Helper()
+	newerOnce.Do(func() {
+		out, err := exec.Command("dpkg-deb", "-f", deb, "Version").Output()
+		if err != nil {
+			newerErr = fmt.Errorf("dpkg-deb -f %s Version: %v", deb, err)
+			return
+		}
+		old := strings.TrimSpace(string(out))
+		// 1.2.3 → 1.2.3+1; 0.0.0+12.gabc (a snapshot) → 0.0.0+12.gabc.1:
+		// version.sh allows one '+', and a longer string sorts after its
+		// prefix.
+		v := old + "+1"
+		if strings.Contains(old, "+") {
+			v = old + ".1"
+		}
+		if err := exec.Command("dpkg", "--compare-versions", v, "gt", old).Run(); err != nil {
+			newerErr = fmt.Errorf("the upgrade's version %s does not sort after %s (dpkg --compare-versions): change buildNewerDeb's suffix", v, old)
+			return
+		}
+		cache, err := vm.CacheDir()
+		if err != nil {
+			newerErr = err
+			return
+		}
+		dist := filepath.Join(cache, "run", "dist-newer")
+		os.RemoveAll(dist)
+		cmd := exec.Command("make", "packages", "DIST="+dist, "PKG_VERSION="+v)
+		cmd.Dir = repoRoot(t)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			newerErr = fmt.Errorf("make packages PKG_VERSION=%s: %v\n%s", v, err, b)
+			return
+		}
+		debs, _ := filepath.Glob(filepath.Join(dist, "nvmet-rebind_*.deb"))
+		if len(debs) != 1 {
+			newerErr = fmt.Errorf("make packages PKG_VERSION=%s: want one .deb in %s, have %v", v, dist, debs)
+			return
+		}
+		newerFile = debs[0]
+	})
+	if newerErr != nil {
+		t.Fatal(newerErr)
+	}
+	return newerFile
+}
+
+func runSystemd(t *testing.T, rel vm.DebianRelease, series, rootTar string, debs systemdDebs) {
 	start := time.Now()
 	k, err := vm.PrepareKernel(series)
 	if err != nil {
@@ -130,11 +198,10 @@ func runSystemd(t *testing.T, rel vm.DebianRelease, series, rootTar, deb string)
 	g := filepath.Join("guest", "systemd")
 	wants := "/etc/systemd/system/multi-user.target.wants/"
 	files := map[string]vm.DiskFile{
-		"/root/nvmet-rebind.deb":                                    {Src: deb},
+		"/root/nvmet-rebind.deb":                                    {Src: debs.deb},
+		"/root/nvmet-rebind-newer.deb":                              {Src: debs.newer},
 		"/usr/local/bin/e2eutil":                                    {Src: bins.e2eutil, Mode: 0o755},
 		"/usr/local/sbin/e2e-systemd":                               {Src: filepath.Join(g, "e2e-systemd"), Mode: 0o755},
-		"/usr/local/sbin/nvmet-restore":                             {Src: filepath.Join(g, "nvmet-restore"), Mode: 0o755},
-		"/etc/systemd/system/nvmet.service":                         {Src: filepath.Join(g, "nvmet.service")},
 		"/etc/systemd/system/e2e-rdma.service":                      {Src: filepath.Join(g, "e2e-rdma.service")},
 		"/etc/systemd/system/e2e-systemd.service":                   {Src: filepath.Join(g, "e2e-systemd.service")},
 		"/etc/nvmet/config.json":                                    {Src: filepath.Join(g, "nvmet.json")},
@@ -154,6 +221,15 @@ func runSystemd(t *testing.T, rel vm.DebianRelease, series, rootTar, deb string)
 		"/etc/hostname": {Data: []byte("e2e-systemd\n")},
 		"/etc/fstab":    {Data: []byte("/dev/vda / ext4 rw,errors=remount-ro 0 1\n")},
 	}
+	// nvmet.service restores /etc/nvmet/config.json. Debian's nvmetcli
+	// (testing) ships no unit: the admin's is upstream's, running the
+	// packaged tool. Without the package, the test's stand-in restore.
+	if rel.Nvmetcli() {
+		files["/etc/systemd/system/nvmet.service"] = vm.DiskFile{Src: filepath.Join(g, "nvmetcli.service")}
+	} else {
+		files["/etc/systemd/system/nvmet.service"] = vm.DiskFile{Src: filepath.Join(g, "nvmet.service")}
+		files["/usr/local/sbin/nvmet-restore"] = vm.DiskFile{Src: filepath.Join(g, "nvmet-restore"), Mode: 0o755}
+	}
 	cache, _ := vm.CacheDir()
 	disk := filepath.Join(cache, "run", "systemd-"+rel.Name+"-"+k.Release+".img")
 	if err := vm.BuildDisk(disk, rootTar, []*vm.Kernel{k}, nil, files, 2048); err != nil {
@@ -168,7 +244,7 @@ func runSystemd(t *testing.T, rel vm.DebianRelease, series, rootTar, deb string)
 		checks []string
 	}{
 		{"boot1", []string{"e2e.phase=1"}, []string{"install", "ready", "restored", "reset", "reload", "udev", "watchdog", "kill9", "security"}},
-		{"boot2", []string{"e2e.phase=2", "e2e.late-rdma"}, []string{"restore-refused", "boot", "remove"}},
+		{"boot2", []string{"e2e.phase=2", "e2e.late-rdma", "e2e.late-tcp"}, []string{"restore-refused", "boot", "boot-tcp", "upgrade", "remove"}},
 	} {
 		// The second boot runs whatever the first said: its checks do
 		// not depend on the first's beyond the installed package.
@@ -221,5 +297,40 @@ func bootSystemd(t *testing.T, label string, k *vm.Kernel, initrd, disk, name st
 	if failed || t.Failed() {
 		p := saveConsole(t, label+"-systemd-"+name+"-console.log", res.Console)
 		t.Logf("console log: %s; its tail:\n%s", p, tail(res.Console, 40))
+	}
+}
+
+// TestSystemdPlan: NVMET_REBIND_E2E_DISTROS picks exactly the images it
+// names, in DebianReleases' order, each on its own kernel by default; an
+// unknown name is an error that lists the known ones.
+func TestSystemdPlan(t *testing.T) {
+	t.Setenv(envKernels, "")
+	t.Setenv(envAll, "")
+	names := func(p []systemdRun) (s []string) {
+		for _, r := range p {
+			s = append(s, r.release.Name+"@"+strings.Join(r.kernels, ","))
+		}
+		return s
+	}
+	for _, tt := range []struct{ env, want string }{
+		{"", "debian12@6.1 debian13@6.12 debian-testing@" + vm.TestingSeries},
+		{"debian12", "debian12@6.1"}, // not the images after it
+		{"debian13", "debian13@6.12"},
+		{"debian-testing debian12", "debian12@6.1 debian-testing@" + vm.TestingSeries},
+	} {
+		t.Setenv(envDistros, tt.env)
+		p, err := systemdPlan()
+		if got := strings.Join(names(p), " "); err != nil || got != tt.want {
+			t.Errorf("%s=%q: %q, %v; want %q", envDistros, tt.env, got, err, tt.want)
+		}
+	}
+	t.Setenv(envDistros, "debian12 debian11")
+	if _, err := systemdPlan(); err == nil || !strings.Contains(err.Error(), `"debian11"`) || !strings.Contains(err.Error(), "debian-testing") {
+		t.Errorf("an unknown image: %v", err)
+	}
+	t.Setenv(envDistros, "debian-testing")
+	t.Setenv(envAll, "1")
+	if p, _ := systemdPlan(); len(p) != 1 || !slices.Equal(p[0].kernels, append(slices.Clone(defaultKernels), vm.TestingSeries)) {
+		t.Errorf("ALL=1: the testing image on %v, want every default kernel and its own", names(p))
 	}
 }

@@ -43,27 +43,41 @@ const NewestSeries = "newest"
 // configuration.
 const backportsSuite = "trixie-backports"
 
+// TestingSeries is the kernel of Debian testing ("forky"): the newest
+// linux-image-*+deb14-amd64 of the forky suite itself, reached through a
+// private apt configuration. It is the series of TestSystemd's testing
+// image, whose userspace (systemd 262) is built against it.
+const TestingSeries = "forky"
+
+// testingTag is the version tag of the testing suite's kernel packages
+// (Debian 14).
+const testingTag = "deb14"
+
 var reSeries = regexp.MustCompile(`^[0-9]+\.[0-9]+$`)
 
 // KernelApt returns where the packages of a series come from: Debian 12's
-// 6.1 and 6.12 from the host's own apt (a Debian 12 host), every other
-// series ("6.18", "7.3", "newest") from trixie-backports through a private
-// apt configuration.
+// 6.1 and 6.12 from the host's own apt (a Debian 12 host), Debian
+// testing's ("forky") from that suite and every other series ("6.18",
+// "7.3", "newest") from trixie-backports, both through a private apt
+// configuration.
 func KernelApt(series string) (*Apt, error) {
 	switch {
 	case series == "6.1" || series == "6.12":
 		return HostApt, nil
+	case series == TestingSeries:
+		return PrivateApt(TestingSeries)
 	case series == NewestSeries || reSeries.MatchString(series):
 		return PrivateApt(backportsSuite)
 	}
-	return nil, fmt.Errorf("unknown kernel series %q (want 6.1, 6.12, another major.minor such as 6.18 or 7.3, or %s)", series, NewestSeries)
+	return nil, fmt.Errorf("unknown kernel series %q (want 6.1, 6.12, another major.minor such as 6.18 or 7.3, %s, or %s for Debian testing's own)", series, NewestSeries, TestingSeries)
 }
 
 // ResolveKernel finds which Debian package provides the kernel of a series:
 // "6.1" is what linux-image-amd64 depends on; "6.12" the newest
 // linux-image-6.12.*+deb12-amd64; any other major.minor the newest
 // linux-image-<major.minor>.*+deb13-amd64 of trixie-backports, and "newest"
-// the newest linux-image-*+deb13-amd64 there.
+// the newest linux-image-*+deb13-amd64 there; "forky" the newest
+// linux-image-*+deb14-amd64 of the forky suite.
 func ResolveKernel(series string) (a *Apt, pkg, version string, err error) {
 	a, err = KernelApt(series)
 	if err != nil {
@@ -74,11 +88,15 @@ func ResolveKernel(series string) (a *Apt, pkg, version string, err error) {
 		if err := a.Update(); err != nil {
 			return nil, "", "", err
 		}
-		out, err := a.Cache("search", "--names-only", `^linux-image-[0-9]+\.[0-9]+\.[0-9]+\+deb13-amd64$`)
+		tag, pick := "deb13", series
+		if series == TestingSeries {
+			tag, pick = testingTag, NewestSeries
+		}
+		out, err := a.Cache("search", "--names-only", `^linux-image-[0-9]+\.[0-9]+\.[0-9]+\+`+tag+`-amd64$`)
 		if err != nil {
 			return nil, "", "", err
 		}
-		if pkg, err = pickImage(out, series); err == nil {
+		if pkg, err = pickImageTag(out, pick, tag); err == nil {
 			version, err = candidateVersion(a, pkg)
 		}
 		if err != nil {
@@ -109,18 +127,23 @@ func ResolveKernel(series string) (a *Apt, pkg, version string, err error) {
 	return nil, "", "", err
 }
 
-var reImage13 = regexp.MustCompile(`^linux-image-([0-9]+)\.([0-9]+)\.([0-9]+)\+deb13-amd64$`)
-
 // pickImage chooses, from an `apt-cache search --names-only` listing
 // ("<name> - <description>" lines), the linux-image-X.Y.Z+deb13-amd64 of
 // the series with the highest X.Y.Z: within X.Y for a "X.Y" series, among
 // all for "newest". -cloud and -rt flavours are not amd64's generic one
 // and never match.
 func pickImage(listing, series string) (string, error) {
+	return pickImageTag(listing, series, "deb13")
+}
+
+// pickImageTag is pickImage for the kernels of another Debian release's
+// tag (deb14: testing's).
+func pickImageTag(listing, series, tag string) (string, error) {
+	re := regexp.MustCompile(`^linux-image-([0-9]+)\.([0-9]+)\.([0-9]+)\+` + regexp.QuoteMeta(tag) + `-amd64$`)
 	best, bestV := "", [3]int{-1, -1, -1}
 	for _, l := range strings.Split(listing, "\n") {
 		name, _, _ := strings.Cut(strings.TrimSpace(l), " ")
-		m := reImage13.FindStringSubmatch(name)
+		m := re.FindStringSubmatch(name)
 		if m == nil {
 			continue
 		}
@@ -137,9 +160,9 @@ func pickImage(listing, series string) (string, error) {
 	}
 	if best == "" {
 		if series == NewestSeries {
-			return "", fmt.Errorf("no linux-image-*+deb13-amd64 listed")
+			return "", fmt.Errorf("no linux-image-*+%s-amd64 listed", tag)
 		}
-		return "", fmt.Errorf("no linux-image-%s.*+deb13-amd64 listed", series)
+		return "", fmt.Errorf("no linux-image-%s.*+%s-amd64 listed", series, tag)
 	}
 	return best, nil
 }

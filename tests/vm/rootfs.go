@@ -6,15 +6,17 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
 
-// SystemdPackages are installed in the Debian 12 image of the systemd test
-// (with their dependencies, by mmdebstrap): systemd as PID 1, udevd, the
-// RDMA and storage tools, and the LIO restore unit (python3-rtslib-fb's
-// rtslib-fb-targetctl.service). nvmetcli is not packaged in Debian 12: the
-// test brings its own nvmet.service.
+// SystemdPackages are installed in every image of the systemd test (with
+// their dependencies, by mmdebstrap): systemd as PID 1, udevd, the RDMA and
+// storage tools, and the LIO restore unit (python3-rtslib-fb's
+// rtslib-fb-targetctl.service). nvmetcli is not packaged in Debian 12 nor
+// 13: there the test brings its own restore (DebianRelease.Packages adds
+// Debian's nvmetcli to the testing image).
 var SystemdPackages = []string{
 	"systemd", "systemd-sysv", "udev", "dbus", "kmod", "procps",
 	"iproute2", "rdma-core", "ibverbs-providers", "nvme-cli",
@@ -43,17 +45,27 @@ func debianSources(release string) ([]string, error) {
 
 // DebianRelease is one Debian release an image of the systemd test is made of.
 type DebianRelease struct {
-	Name     string // test name: "debian12"
-	Codename string // "bookworm"
-	Systemd  int    // its systemd's major version (documentation; the guest asks systemctl)
+	Name     string   // test name: "debian12"
+	Codename string   // "bookworm"
+	Systemd  int      // its systemd's major version (documentation; the guest asks systemctl)
+	Kernel   string   // the kernel series it boots by default: its own release's
+	Packages []string // installed on top of SystemdPackages
 }
 
+// Nvmetcli tells whether the image has Debian's nvmetcli package: its
+// nvmetcli restores /etc/nvmet/config.json at boot instead of the test's
+// stand-in.
+func (r DebianRelease) Nvmetcli() bool { return slices.Contains(r.Packages, "nvmetcli") }
+
 // DebianReleases are the releases of TestSystemd's images: Debian 12
-// (systemd 252: the unit needs the package's systemd-252 drop-in) and
-// Debian 13 (systemd 257: the unit's own Type=notify-reload, no drop-in).
+// (systemd 252: the unit needs the package's systemd-252 drop-in), Debian
+// 13 (systemd 257: the unit's own Type=notify-reload, no drop-in) and
+// Debian testing, "forky" (systemd 262, the first release with nvmetcli
+// packaged; on its own 7.2 kernel).
 var DebianReleases = []DebianRelease{
-	{"debian12", "bookworm", 252},
-	{"debian13", "trixie", 257},
+	{Name: "debian12", Codename: "bookworm", Systemd: 252, Kernel: "6.1"},
+	{Name: "debian13", Codename: "trixie", Systemd: 257, Kernel: "6.12"},
+	{Name: "debian-testing", Codename: "forky", Systemd: 262, Kernel: TestingSeries, Packages: []string{"nvmetcli"}},
 }
 
 // hostDebianMirror reads the apt sources under dir (sources.list and
@@ -117,12 +129,14 @@ func hostDebianMirror(dir string) (archive, security string, err error) {
 }
 
 // DebianRootfs builds (or reuses from the cache) a tar of a Debian system
-// of release ("bookworm", "trixie") made by mmdebstrap from Debian's
-// archive, with SystemdPackages. Root only (mmdebstrap's root mode keeps
-// owners and device nodes). The archive's signatures are checked with the
-// host's keyring (/etc/apt/trusted.gpg.d: Debian 12's debian-archive-keyring
-// also holds Debian 13's keys).
-func DebianRootfs(release string) (string, error) {
+// of rel ("bookworm", "trixie", "forky") made by mmdebstrap from Debian's
+// archive, with SystemdPackages and rel's own Packages. Root only
+// (mmdebstrap's root mode keeps owners and device nodes). The archive's
+// signatures are checked with the host's keyring (/etc/apt/trusted.gpg.d:
+// Debian 12's debian-archive-keyring also holds Debian 13's keys, which
+// sign testing too).
+func DebianRootfs(rel DebianRelease) (string, error) {
+	release := rel.Codename
 	if os.Geteuid() != 0 {
 		return "", ErrSkip{"not root: mmdebstrap cannot build the " + release + " image of the systemd test"}
 	}
@@ -134,7 +148,7 @@ func DebianRootfs(release string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	pkgs := append([]string(nil), SystemdPackages...)
+	pkgs := append(append([]string(nil), SystemdPackages...), rel.Packages...)
 	sort.Strings(pkgs)
 	h := sha256.New()
 	fmt.Fprintln(h, rootfsFormat, strings.Join(pkgs, ","), strings.Join(sources, "|"))

@@ -57,3 +57,35 @@ func TestHostDebianMirror(t *testing.T) {
 		})
 	}
 }
+
+// Each image of the systemd test boots a kernel the harness can fetch, and
+// only the testing image, the one release packaging nvmetcli, runs it.
+func TestDebianReleases(t *testing.T) {
+	t.Setenv("NVMET_REBIND_VM_CACHE", t.TempDir())
+	names := map[string]bool{}
+	for _, r := range DebianReleases {
+		if names[r.Name] {
+			t.Errorf("%s: two images of that name", r.Name)
+		}
+		names[r.Name] = true
+		if _, err := KernelApt(r.Kernel); err != nil {
+			t.Errorf("%s: kernel %q: %v", r.Name, r.Kernel, err)
+		}
+		if r.Nvmetcli() != (r.Codename == "forky") {
+			t.Errorf("%s: Nvmetcli() = %v", r.Name, r.Nvmetcli())
+		}
+	}
+	a, err := KernelApt(TestingSeries)
+	if err != nil || !a.Private() || len(a.Suites) != 1 || a.Suites[0] != "forky" {
+		t.Errorf("%s: %v %v, want the private apt of forky", TestingSeries, a, err)
+	}
+	// forky's own kernels are +deb14; a trixie-backports one in the same
+	// listing is not testing's.
+	listing := "linux-image-7.2.12+deb14-amd64 - Linux 7.2.12\nlinux-image-7.2.9+deb14-amd64 - Linux 7.2.9\nlinux-image-7.2.12+deb14-cloud-amd64 - cloud\nlinux-image-7.3.4+deb13-amd64 - Linux 7.3.4\n"
+	if got, err := pickImageTag(listing, NewestSeries, testingTag); err != nil || got != "linux-image-7.2.12+deb14-amd64" {
+		t.Errorf("pickImageTag(deb14) = %q, %v", got, err)
+	}
+	if got, err := pickImage(listing, NewestSeries); err != nil || got != "linux-image-7.3.4+deb13-amd64" {
+		t.Errorf("pickImage = %q, %v", got, err)
+	}
+}
