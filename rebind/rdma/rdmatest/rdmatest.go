@@ -71,7 +71,7 @@ type Kernel struct {
 	ifindex   map[string]int
 	lower     map[string]string // upper netdev → the netdev under it
 	listen    map[listenerKey]listener
-	sorted    []listenerKey // keys(), kept until listen changes
+	sorted    []keyed // listen ordered by key (keys()), kept in step by set and del once built
 	cmidCalls int
 
 	// HoldGIDs makes devices added later start with an empty GID table
@@ -192,8 +192,49 @@ func (k *Kernel) removeDevice(name string) {
 	for key, l := range k.listen {
 		if l.dev == name {
 			delete(k.listen, key)
-			k.sorted = nil
 		}
+	}
+	if k.sorted != nil {
+		k.sorted = slices.DeleteFunc(k.sorted, func(e keyed) bool { return e.l.dev == name })
+	}
+}
+
+// keyed is one listener with its key.
+type keyed struct {
+	key listenerKey
+	l   listener
+}
+
+func compareKeys(a, b listenerKey) int {
+	if c := strings.Compare(a.owner, b.owner); c != 0 {
+		return c
+	}
+	return strings.Compare(a.id, b.id)
+}
+
+// set and del change a listener, and the ordered list once it is built
+// (the fake's own cost must not dominate the engine's benchmarks: a reset
+// of 1 % of thousands of listeners does not sort them all again).
+func (k *Kernel) set(key listenerKey, l listener) {
+	k.listen[key] = l
+	if k.sorted == nil {
+		return
+	}
+	i, found := slices.BinarySearchFunc(k.sorted, key, func(e keyed, t listenerKey) int { return compareKeys(e.key, t) })
+	if found {
+		k.sorted[i].l = l
+		return
+	}
+	k.sorted = slices.Insert(k.sorted, i, keyed{key, l})
+}
+
+func (k *Kernel) del(key listenerKey) {
+	delete(k.listen, key)
+	if k.sorted == nil {
+		return
+	}
+	if i, found := slices.BinarySearchFunc(k.sorted, key, func(e keyed, t listenerKey) int { return compareKeys(e.key, t) }); found {
+		k.sorted = slices.Delete(k.sorted, i, i+1)
 	}
 }
 
@@ -203,8 +244,7 @@ func (k *Kernel) removeDevice(name string) {
 func (k *Kernel) KillListener(owner, id string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	delete(k.listen, listenerKey{owner, id})
-	k.sorted = nil
+	k.del(listenerKey{owner, id})
 }
 
 // --- rdma_cm as a kernel ULP uses it (configfstest.Binder) ---
@@ -224,16 +264,14 @@ func (k *Kernel) Bind(owner, id string, addr netip.AddrPort) error {
 		if !addr.Addr().IsUnspecified() && k.netdevOf(addr.Addr()) == "" {
 			return syscall.EADDRNOTAVAIL
 		}
-		k.listen[listenerKey{owner, id}] = listener{addr: addr, tcp: true}
-		k.sorted = nil
+		k.set(listenerKey{owner, id}, listener{addr: addr, tcp: true})
 		return nil
 	}
 	dev, err := k.bind(addr)
 	if err != nil {
 		return err
 	}
-	k.listen[listenerKey{owner, id}] = listener{addr: addr, dev: dev}
-	k.sorted = nil
+	k.set(listenerKey{owner, id}, listener{addr: addr, dev: dev})
 	return nil
 }
 
@@ -242,8 +280,7 @@ func (k *Kernel) Bind(owner, id string, addr netip.AddrPort) error {
 func (k *Kernel) Unbind(owner, id string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	delete(k.listen, listenerKey{owner, id})
-	k.sorted = nil
+	k.del(listenerKey{owner, id})
 }
 
 // Bound reports whether listener id of owner exists, and the device it is
@@ -357,8 +394,8 @@ func (k *Kernel) CMIDs(devs []rdma.Device) ([]rdma.CMID, error) {
 	keys := k.keys()
 	out := make([]rdma.CMID, 0, len(keys)) // one entry per listener, but for wildcards
 	for _, d := range k.devs {
-		for _, key := range keys {
-			l := k.listen[key]
+		for _, e := range keys {
+			key, l := e.key, e.l
 			if l.tcp {
 				continue
 			}
@@ -381,24 +418,17 @@ func (k *Kernel) CMIDs(devs []rdma.Device) ([]rdma.CMID, error) {
 	return out, nil
 }
 
-// keys returns the listeners' keys ordered by owner and id.
-func (k *Kernel) keys() []listenerKey {
+// keys returns the listeners ordered by owner and id.
+func (k *Kernel) keys() []keyed {
 	if k.sorted != nil {
 		return k.sorted
 	}
-	keys := make([]listenerKey, 0, len(k.listen))
-	for key := range k.listen {
-		keys = append(keys, key)
+	keys := make([]keyed, 0, len(k.listen))
+	for key, l := range k.listen {
+		keys = append(keys, keyed{key, l})
 	}
-	// The fake's own cost must not dominate the engine's benchmarks:
-	// compare the fields, not their concatenation (no allocation).
-	slices.SortFunc(keys, func(a, b listenerKey) int {
-		if c := strings.Compare(a.owner, b.owner); c != 0 {
-			return c
-		}
-		return strings.Compare(a.id, b.id)
-	})
-	k.sorted = keys // until the listeners change
+	slices.SortFunc(keys, func(a, b keyed) int { return compareKeys(a.key, b.key) })
+	k.sorted = keys
 	return keys
 }
 
@@ -450,9 +480,8 @@ func (k *Kernel) String() string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var s []string
-	for _, key := range k.keys() {
-		l := k.listen[key]
-		s = append(s, fmt.Sprintf("%s %s %s on %q", key.owner, key.id, l.addr, l.dev))
+	for _, e := range k.keys() {
+		s = append(s, fmt.Sprintf("%s %s %s on %q", e.key.owner, e.key.id, e.l.addr, e.l.dev))
 	}
 	return strings.Join(s, "; ")
 }
