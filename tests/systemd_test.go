@@ -79,7 +79,7 @@ func systemdPlan() ([]systemdRun, error) {
 	var plan []systemdRun
 	for _, r := range vm.DebianReleases {
 		delete(unknown, r.Name)
-		if len(want) > 0 && !want[r.Name] {
+		if len(want) > 0 && !want[r.Name] || len(want) == 0 && r.AllOnly && os.Getenv(envAll) != "1" {
 			continue
 		}
 		plan = append(plan, systemdRun{r, systemdKernels(r.Codename)})
@@ -313,8 +313,8 @@ func TestSystemdPlan(t *testing.T) {
 		return s
 	}
 	for _, tt := range []struct{ env, want string }{
-		{"", "debian12@6.1 debian13@6.12 debian-testing@" + vm.TestingSeries},
-		{"debian12", "debian12@6.1"}, // not the images after it
+		{"", "debian12@6.1 debian13@6.12"}, // testing: make test-all, or named
+		{"debian12", "debian12@6.1"},       // not the images after it
 		{"debian13", "debian13@6.12"},
 		{"debian-testing debian12", "debian12@6.1 debian-testing@" + vm.TestingSeries},
 	} {
@@ -328,8 +328,12 @@ func TestSystemdPlan(t *testing.T) {
 	if _, err := systemdPlan(); err == nil || !strings.Contains(err.Error(), `"debian11"`) || !strings.Contains(err.Error(), "debian-testing") {
 		t.Errorf("an unknown image: %v", err)
 	}
-	t.Setenv(envDistros, "debian-testing")
+	t.Setenv(envDistros, "")
 	t.Setenv(envAll, "1")
+	if p, _ := systemdPlan(); len(p) != 3 {
+		t.Errorf("ALL=1: images %v, want all three", names(p))
+	}
+	t.Setenv(envDistros, "debian-testing")
 	if p, _ := systemdPlan(); len(p) != 1 || !slices.Equal(p[0].kernels, append(slices.Clone(defaultKernels), vm.TestingSeries)) {
 		t.Errorf("ALL=1: the testing image on %v, want every default kernel and its own", names(p))
 	}
