@@ -33,27 +33,6 @@ func (o *Observed) carry(b *Observed) {
 	o.eps, o.judged, o.shared, o.stable = b.eps, true, true, true
 }
 
-// sameListeners tells whether two cm_id tables hold the same LISTEN
-// entries, in order, as judge reads them (device, port, address, owner):
-// the identifiers of host connections (a target's queues come and go) and
-// the restrack numbers do not decide a verdict.
-func sameListeners(a, b []rdma.CMID) bool {
-	next := func(s []rdma.CMID, i int) int {
-		for i < len(s) && !s[i].Listening() {
-			i++
-		}
-		return i
-	}
-	i, j := next(a, 0), next(b, 0)
-	for ; i < len(a) && j < len(b); i, j = next(a, i+1), next(b, j+1) {
-		x, y := a[i], b[j]
-		if x.DevIndex != y.DevIndex || x.DevName != y.DevName || x.Port != y.Port || x.Src != y.Src || x.KernName != y.KernName {
-			return false
-		}
-	}
-	return i == len(a) && j == len(b)
-}
-
 // sameInputs tells whether o read the same as b of everything a verdict
 // or an object reads but the kernel's tables: their errors, the journal,
 // the saved configs and the configfs root's sight.
@@ -68,7 +47,7 @@ func sameInputs(o, b *Observed) bool {
 // reads them.
 func sameTables(o, b *Observed) bool {
 	return slices.EqualFunc(o.Devices, b.Devices, rdma.Device.Equal) && slices.EqualFunc(o.Addrs, b.Addrs, rdma.Addr.Equal) &&
-		sameListeners(o.Listeners, b.Listeners) && slices.Equal(o.TCP, b.TCP)
+		rdma.SameListeners(o.Listeners, b.Listeners) && slices.Equal(o.TCP, b.TCP)
 }
 
 // rejudge makes o the baseline b's objects with the verdicts of o's own

@@ -237,23 +237,17 @@ func (d *Delta) hasAddr(a Addr) bool {
 // identifiers of host connections).
 func (d *Delta) sinceListeners(old []CMID) {
 	cur := d.ix.cmids
-	next := func(s []CMID, i int) int {
-		for i < len(s) && !s[i].Listening() {
-			i++
-		}
-		return i
-	}
-	i, j := next(old, 0), next(cur, 0)
+	i, j := nextListening(old, 0), nextListening(cur, 0)
 	for i < len(old) || j < len(cur) {
 		switch {
 		case i < len(old) && j < len(cur) && SameListener(old[i], cur[j]):
-			i, j = next(old, i+1), next(cur, j+1)
+			i, j = nextListening(old, i+1), nextListening(cur, j+1)
 		case i < len(old) && (j >= len(cur) || !d.hasListener(old[i])):
 			d.listen[keyOf(old[i].KernName, old[i].Src)] = true
-			i = next(old, i+1)
+			i = nextListening(old, i+1)
 		default:
 			d.listen[keyOf(cur[j].KernName, cur[j].Src)] = true
-			j = next(cur, j+1)
+			j = nextListening(cur, j+1)
 		}
 	}
 }
@@ -275,4 +269,26 @@ func (d *Delta) hasListener(c CMID) bool {
 // the process).
 func SameListener(a, b CMID) bool {
 	return a.DevIndex == b.DevIndex && a.DevName == b.DevName && a.Port == b.Port && a.Src == b.Src && a.KernName == b.KernName
+}
+
+// SameListeners tells whether two cm_id tables hold the same LISTEN
+// entries, in order, as a judge reads them (SameListener): the
+// identifiers of host connections (a target's queues come and go) and the
+// restrack numbers do not decide a verdict.
+func SameListeners(a, b []CMID) bool {
+	i, j := nextListening(a, 0), nextListening(b, 0)
+	for ; i < len(a) && j < len(b); i, j = nextListening(a, i+1), nextListening(b, j+1) {
+		if !SameListener(a[i], b[j]) {
+			return false
+		}
+	}
+	return i == len(a) && j == len(b)
+}
+
+// nextListening is the index of the first LISTEN entry of s from i on.
+func nextListening(s []CMID, i int) int {
+	for i < len(s) && !s[i].Listening() {
+		i++
+	}
+	return i
 }
