@@ -45,7 +45,6 @@ func ReadSysfsGIDs(sysfsRoot, dev string, port uint32) ([]GID, error) {
 // ReadSysfsGIDs does. The result holds the valid entries read.
 func ReadSysfsGIDsNeeded(sysfsRoot, dev string, port uint32, need map[GIDKey]bool) ([]GID, error) {
 	return readSysfsGIDs(sysfsRoot, dev, port, maps.Clone(need)) // readGIDs marks the keys it saw
-
 }
 
 // GIDKey is what a RoCE GID entry is looked up by (Carriers): the IP it
