@@ -100,27 +100,7 @@ var debFile, debErr = "", error(nil)
 // buildDeb runs `make packages` into the cache and returns the .deb.
 func buildDeb(t *testing.T) string {
 	t.Helper()
-	debOnce.Do(func() {
-		cache, err := vm.CacheDir()
-		if err != nil {
-			debErr = err
-			return
-		}
-		dist := filepath.Join(cache, "run", "dist")
-		os.RemoveAll(dist)
-		cmd := exec.Command("make", "packages", "DIST="+dist)
-		cmd.Dir = repoRoot(t)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			debErr = fmt.Errorf("make packages: %v\n%s", err, out)
-			return
-		}
-		debs, _ := filepath.Glob(filepath.Join(dist, "nvmet-rebind_*.deb"))
-		if len(debs) != 1 {
-			debErr = fmt.Errorf("make packages: want one .deb in %s, have %v", dist, debs)
-			return
-		}
-		debFile = debs[0]
-	})
+	debOnce.Do(func() { debFile, debErr = makeDeb(repoRoot(t), "dist", "") })
 	if debErr != nil {
 		t.Fatal(debErr)
 	}
@@ -155,30 +135,38 @@ func buildNewerDeb(t *testing.T, deb string) string {
 			newerErr = fmt.Errorf("the upgrade's version %s does not sort after %s (dpkg --compare-versions): change buildNewerDeb's suffix", v, old)
 			return
 		}
-		cache, err := vm.CacheDir()
-		if err != nil {
-			newerErr = err
-			return
-		}
-		dist := filepath.Join(cache, "run", "dist-newer")
-		os.RemoveAll(dist)
-		cmd := exec.Command("make", "packages", "DIST="+dist, "PKG_VERSION="+v)
-		cmd.Dir = repoRoot(t)
-		if b, err := cmd.CombinedOutput(); err != nil {
-			newerErr = fmt.Errorf("make packages PKG_VERSION=%s: %v\n%s", v, err, b)
-			return
-		}
-		debs, _ := filepath.Glob(filepath.Join(dist, "nvmet-rebind_*.deb"))
-		if len(debs) != 1 {
-			newerErr = fmt.Errorf("make packages PKG_VERSION=%s: want one .deb in %s, have %v", v, dist, debs)
-			return
-		}
-		newerFile = debs[0]
+		newerFile, newerErr = makeDeb(repoRoot(t), "dist-newer", v)
 	})
 	if newerErr != nil {
 		t.Fatal(newerErr)
 	}
 	return newerFile
+}
+
+// makeDeb runs `make packages` in root into the cache's run/<dir> (with
+// PKG_VERSION=version unless empty) and returns the one .deb it made.
+func makeDeb(root, dir, version string) (string, error) {
+	cache, err := vm.CacheDir()
+	if err != nil {
+		return "", err
+	}
+	dist := filepath.Join(cache, "run", dir)
+	os.RemoveAll(dist)
+	args, what := []string{"packages", "DIST=" + dist}, "make packages"
+	if version != "" {
+		args = append(args, "PKG_VERSION="+version)
+		what += " PKG_VERSION=" + version
+	}
+	cmd := exec.Command("make", args...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("%s: %v\n%s", what, err, out)
+	}
+	debs, _ := filepath.Glob(filepath.Join(dist, "nvmet-rebind_*.deb"))
+	if len(debs) != 1 {
+		return "", fmt.Errorf("%s: want one .deb in %s, have %v", what, dist, debs)
+	}
+	return debs[0], nil
 }
 
 func runSystemd(t *testing.T, rel vm.DebianRelease, series, rootTar string, debs systemdDebs) {
