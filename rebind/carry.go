@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
 )
 
@@ -22,6 +23,73 @@ import (
 // only if every read between them answered as a read now would.
 type Generational interface {
 	Generation() (uint64, bool)
+}
+
+// Changer is a Generational tree that can also name what may have
+// changed since a token (watch.Model.Changes): the ports whose Links and
+// the portals (by ID) whose Portal may answer differently; every other
+// answer is what it was. ok is false when it cannot tell.
+type Changer interface {
+	Changes(since uint64) (ports, portals []string, ok bool)
+}
+
+// edited returns b's ports and portals as a read now gives them, when the
+// tree (a Changer) names the only objects that may have changed since b
+// was read — a heal's own writes, an admin's link or iser: those are read
+// again and, where they differ, replaced in copies (b's are never
+// written). false when the tree cannot tell, or when a named object moved
+// in a way that changes the endpoints' objects (a portal added, gone or
+// unreadable, a port's links unreadable): the caller reads everything.
+func edited(t Tree, b *Observed) ([]configfs.Port, []configfs.Portal, bool) {
+	c, ok := t.(Changer)
+	if !ok {
+		return nil, nil, false
+	}
+	ids, pids, ok := c.Changes(b.tok)
+	if !ok {
+		return nil, nil, false
+	}
+	ports, portals := b.Ports, b.Portals
+	for _, id := range ids {
+		i := slices.IndexFunc(ports, func(p configfs.Port) bool { return p.ID == id })
+		if i < 0 {
+			return nil, nil, false // not a port b read
+		}
+		if ports[i].Err != nil || b.LinksUnread[id] {
+			continue // links not read: a fresh read would not read them either (rejudge reads those it must)
+		}
+		links, err := t.Links(id)
+		if err != nil {
+			return nil, nil, false
+		}
+		if !slices.Equal(links, ports[i].Links) {
+			if &ports[0] == &b.Ports[0] {
+				ports = slices.Clone(ports)
+			}
+			ports[i].Links = links
+		}
+	}
+	for _, id := range pids {
+		iqn, tpg, np, err := configfs.ParsePortalID(id)
+		if err != nil {
+			return nil, nil, false
+		}
+		i := slices.IndexFunc(portals, func(p configfs.Portal) bool { return p.IQN == iqn && p.TPG == tpg && p.NP == np })
+		if i < 0 {
+			return nil, nil, false // a portal b did not have
+		}
+		p, err := t.Portal(id)
+		if was := portals[i]; err != nil || p.Err != nil || was.Err != nil || p.Addr != was.Addr {
+			return nil, nil, false
+		}
+		if p.ISER != portals[i].ISER {
+			if &portals[0] == &b.Portals[0] {
+				portals = slices.Clone(portals)
+			}
+			portals[i].ISER = p.ISER
+		}
+	}
+	return ports, portals, true
 }
 
 // carry takes b's configfs objects and verdicts (an observation of the
@@ -62,11 +130,11 @@ func sameTables(o, b *Observed) bool {
 // one that no longer does forgets them, as a fresh observation would.
 // false (o unchanged) when links cannot be read: the caller reads
 // everything.
-func (o *Observed) rejudge(b *Observed, tree Tree, declared map[string]bool) bool {
+func (o *Observed) rejudge(b *Observed, ports []configfs.Port, portals []configfs.Portal, tree Tree, declared map[string]bool) bool {
 	d := o.index.Since(b.Devices, b.Addrs, b.Listeners)
 	tcp := changedSockets(b.TCP, o.TCP)
 	list := slices.Clone(b.eps.list)
-	ports, unread := b.Ports, b.LinksUnread
+	unread := b.LinksUnread
 	owned := false // ports and unread are copies of b's
 	for i := range list {
 		e := &list[i]
@@ -103,7 +171,7 @@ func (o *Observed) rejudge(b *Observed, tree Tree, declared map[string]bool) boo
 		}
 	}
 	o.carry(b)
-	o.eps.list, o.Ports, o.LinksUnread = list, ports, unread
+	o.eps.list, o.Ports, o.Portals, o.LinksUnread = list, ports, portals, unread
 	return true
 }
 

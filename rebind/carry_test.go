@@ -19,7 +19,9 @@ import (
 // An observation that carries the baseline's verdicts and objects (the
 // kernel tables, journal, saved configs and configfs model all unchanged),
 // or its objects and the verdicts of the endpoints whose inputs did not
-// change (only the kernel's tables changed: rejudge), is the observation
+// change (only the kernel's tables changed: rejudge), also across the
+// configfs changes the model names (a heal's writes, an admin's link or
+// iser: edited), is the observation
 // a fresh read would make: the same objects, links read where a fresh
 // read reads them, the same verdict for every endpoint. Random worlds on the fakes and the inotify
 // model, changed between rounds — or not, so that the carry happens.
@@ -28,7 +30,7 @@ func TestCarriedObservationIsAFreshOne(t *testing.T) {
 	if testing.Short() {
 		seeds = 12
 	}
-	carried, rejudged := 0, 0
+	carried, rejudged, edits := 0, 0, 0
 	for seed := range seeds {
 		r := rand.New(rand.NewPCG(uint64(seed), 21))
 		k := rdmatest.NewSystem(t)
@@ -66,7 +68,7 @@ func TestCarriedObservationIsAFreshOne(t *testing.T) {
 			if _, err := e.Reconcile(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			switch r.IntN(12) { // a sixth of the rounds change nothing
+			switch r.IntN(14) { // a seventh of the rounds change nothing
 			case 0:
 				k.RemoveDevice("rxe0")
 				k.AddDevice("rxe0", 1, "veth0")
@@ -102,6 +104,15 @@ func TestCarriedObservationIsAFreshOne(t *testing.T) {
 					k.Bind("nvmet_rdma", id, ap)
 					break
 				}
+			case 10: // a portal added (the np directory of a target that has one)
+				iqn, np := fmt.Sprintf("iqn.2024-01.lab:t%d", r.IntN(6)), fmt.Sprintf("%s:%d", ips[r.IntN(3)], 3260+round+1)
+				k.AddPortal(iqn, "tpgt_1", np)
+				configfs.NewWithOps(k.Root, k.Admin()).SetISER(iqn+"/tpgt_1/"+np, true) // refused where the address is down
+			case 11: // a portal removed
+				admin := configfs.NewWithOps(k.Root, k.Admin())
+				if ps, err := admin.Portals(); err == nil && len(ps) > 0 {
+					k.RemovePortal(ps[r.IntN(len(ps))].ID())
+				}
 			case 5:
 				id := fmt.Sprint(1 + r.IntN(6))
 				e.opt.Store.PutAll([]Intent{{Kind: KindNvmet, ID: id, Address: "192.0.2.1:4420", Links: []configfs.Link{{Name: "nqn.a", NQN: "nqn.a"}}}})
@@ -113,6 +124,9 @@ func TestCarriedObservationIsAFreshOne(t *testing.T) {
 			want, err := e.observe(e.cfg, nil, nil, new(rdma.Index))
 			if err != nil {
 				t.Fatal(err)
+			}
+			if got.shared && got.tok != e.base.obs.tok {
+				edits++ // configfs changed: carried with what the tree named read again
 			}
 			if got.shared {
 				if sameTables(&got, &e.base.obs) {
@@ -137,10 +151,10 @@ func TestCarriedObservationIsAFreshOne(t *testing.T) {
 		}
 		m.Close()
 	}
-	if carried == 0 || rejudged == 0 {
-		t.Fatalf("%d observations carried, %d judged again in part: the test does not test both", carried, rejudged)
+	if carried == 0 || rejudged == 0 || edits == 0 {
+		t.Fatalf("%d observations carried, %d judged again in part, %d across configfs edits: the test does not test all three", carried, rejudged, edits)
 	}
-	t.Logf("%d observations carried, %d judged again in part", carried, rejudged)
+	t.Logf("%d observations carried, %d judged again in part, %d of them across configfs edits", carried, rejudged, edits)
 }
 
 // memStore is an in-memory journal (Store) for the package's own tests.

@@ -291,6 +291,7 @@ func (m *Model) find(path string) *node { return m.walk(path, false) }
 // recorded at a rescan.
 func (m *Model) drop(n *node) {
 	path := m.pathOf(n)
+	m.note(path)
 	if p := n.parent; p != nil {
 		m.unlinkKid(p, n)
 		p.clear(fList)
@@ -345,6 +346,7 @@ func (c cacheOps) ReadDirNames(dir string) ([]string, error) {
 			}
 		}
 	} else {
+		m.noteWhole()
 		m.uncached++
 	}
 	return names, err
@@ -399,6 +401,7 @@ func (c cacheOps) ReadAttrs(dirs, names []string) []configfs.Attrs {
 		if n := missNodes[j]; watched[j] && key != 0 && cacheable(res[j]) {
 			m.setAttrs(n, key, &res[j])
 		} else {
+			m.noteWhole()
 			m.uncached++
 		}
 		out[i] = res[j]
@@ -502,6 +505,7 @@ func (c cacheOps) Lstat(path string) (fs.FileInfo, error) {
 		}
 		n.set(fStat)
 	} else {
+		m.noteWhole()
 		m.uncached++
 	}
 	return st, err
@@ -544,6 +548,7 @@ func (c cacheOps) Readlink(path string) (string, error) {
 		m.editErrs(n, func(e *nodeErrs) { e.link = err })
 		n.setLink(m.lastLink)
 	} else {
+		m.noteWhole()
 		m.uncached++
 	}
 	return target, err
@@ -572,6 +577,7 @@ func (c cacheOps) WriteAttr(path, value string) error {
 // touchEntry marks what creating or removing path changes: its parent's
 // listing and attributes, and path itself with everything under it.
 func (m *Model) touchEntry(path string) {
+	m.note(path)
 	m.gen++
 	if p := m.find(filepath.Dir(path)); p != nil {
 		p.clear(fList | fAttrs)
@@ -584,6 +590,7 @@ func (m *Model) touchEntry(path string) {
 // touchAttr marks what writing the attribute at path changes: the
 // attributes of its directory.
 func (m *Model) touchAttr(path string) {
+	m.note(path)
 	m.gen++
 	if p := m.find(filepath.Dir(path)); p != nil {
 		p.clear(fAttrs)

@@ -90,8 +90,12 @@ type Model struct {
 	// linksGen (a resync without RDMA netlink reads every port's links).
 	memoLinks map[string][]configfs.Link
 	linksGen  uint64
-	pending   string    // why the next read must rescan ("": no need)
-	lastIdent time.Time // when the top directories' identity was last checked
+	// changes is the log of what invalidations may have changed since
+	// changesFloor (Changes).
+	changes      []logged
+	changesFloor uint64
+	pending      string    // why the next read must rescan ("": no need)
+	lastIdent    time.Time // when the top directories' identity was last checked
 
 	fallback   bool
 	lastRescan time.Time
@@ -304,6 +308,7 @@ func (m *Model) rescan(trusted bool, why string) {
 	m.byWD, m.rootNode, m.big = map[int32]*node{}, nil, nil
 	m.keys, m.lastVals, m.lastLink, m.errs = nil, nil, nil, nil
 	m.lastLists = [4][]string{}
+	m.noteWhole()
 	m.gen++
 	for _, d := range m.topDirs()[:3] {
 		m.watch(m.node(d)) // root, nvmet, target: a tree appearing is noticed

@@ -603,3 +603,71 @@ func TestClose(t *testing.T) {
 		t.Fatal("second Close:", err)
 	}
 }
+
+// Changes names what a heal's writes and an admin's change to one object
+// touched, with their events; anything else, a rescan or a token older
+// than the log is "cannot tell".
+func TestChangesNameTheObjects(t *testing.T) {
+	w := newWorld(t, t.TempDir(), basic, Options{RescanEvery: -1})
+	w.same("start")
+	const a = "nqn.2014-08.org.example:a"
+	const portal = "iqn.2003-01.org.example:t1/tpgt_1/192.0.2.1:3260"
+	tok, ok := w.m.Generation()
+	if !ok {
+		t.Fatal("no generation")
+	}
+	changes := func(tok uint64) string {
+		ports, portals, ok := w.m.Changes(tok)
+		return fmt.Sprintf("%q %q %v", ports, portals, ok)
+	}
+	if got := changes(tok); got != `[] [] true` {
+		t.Fatalf("nothing written: %s", got)
+	}
+	if err := w.m.Relink("1", configfs.Link{Name: a, NQN: a}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.m.SetISER(portal, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.link("2", a); err != nil { // an admin's link: its event only
+		t.Fatal(err)
+	}
+	if got, want := changes(tok), `["1" "2"] ["`+portal+`"] true`; got != want {
+		t.Fatalf("after a relink, an iser and a link: %s, want %s", got, want)
+	}
+	tok2, _ := w.m.Generation()
+	if got := changes(tok2); got != `[] [] true` {
+		t.Fatalf("since the writes: %s", got)
+	}
+	if err := w.admin().WriteAttr(w.path("nvmet/ports/10/addr_trsvcid"), "4421"); err != nil {
+		t.Fatal(err)
+	}
+	if got := changes(tok2); got != `[] [] false` {
+		t.Fatalf("after a port's attribute: %s, want cannot tell", got)
+	}
+	tok3, _ := w.m.Generation()
+	w.m.Rescan()
+	if got := changes(tok3); got != `[] [] false` {
+		t.Fatalf("after a rescan: %s, want cannot tell", got)
+	}
+	tok4, _ := w.m.Generation()
+	for i := range maxChanges + 1 {
+		if err := w.m.SetISER(portal, i%2 == 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.m.Portals(); err != nil { // the event between two writes
+			t.Fatal(err)
+		}
+		op := w.m.Relink
+		if i%2 == 0 {
+			op = w.m.Unlink
+		}
+		if err := op("1", configfs.Link{Name: a, NQN: a}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := changes(tok4); got != `[] [] false` {
+		t.Fatalf("older than the log: %s, want cannot tell", got)
+	}
+	w.same("end")
+}

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
@@ -14,9 +15,41 @@ import (
 // next, comparing the model with fresh reads at the points next picks and
 // at the end, then checks a trusted rescan agrees.
 type script struct {
-	w    *world
-	next func(n int) int // a choice in [0, n)
-	log  []string
+	w     *world
+	next  func(n int) int // a choice in [0, n)
+	log   []string
+	marks []mark // the last compares' tokens and answers (Changes)
+}
+
+// mark is what the tree answered when Generation returned tok.
+type mark struct {
+	tok  uint64
+	at   int // steps logged by then
+	seen answered
+}
+
+// answered is a tree's answers, by object.
+type answered struct {
+	ports, portalsErr, subsystems string
+	links, portals                map[string]string // by port ID, by portal ID
+}
+
+func answersOf(f *configfs.FS) answered {
+	a := answered{links: map[string]string{}, portals: map[string]string{}}
+	ports, err := f.Ports()
+	a.ports = fmt.Sprintf("%+v %v", ports, err)
+	for _, p := range ports {
+		l, err := f.Links(p.ID)
+		a.links[p.ID] = fmt.Sprintf("%v %v", l, err)
+	}
+	portals, err := f.Portals()
+	a.portalsErr = fmt.Sprint(err)
+	for _, p := range portals {
+		a.portals[p.ID()] = fmt.Sprintf("%+v", p)
+	}
+	subs, err := f.Subsystems()
+	a.subsystems = fmt.Sprintf("%q %v", subs, err)
+	return a
 }
 
 var (
@@ -123,6 +156,54 @@ func (s *script) same() {
 	got, want := view(s.w.m), view(s.w.fsys)
 	if got != want {
 		s.w.t.Fatalf("after %q: model differs from a fresh read:\nmodel:\n%s\nfresh:\n%s", s.log, got, want)
+	}
+	s.changes()
+}
+
+// changes checks Changes against every earlier mark: what it does not
+// name answers now as it did then.
+func (s *script) changes() {
+	s.w.t.Helper()
+	tok, ok := s.w.m.Generation()
+	if !ok {
+		s.marks = nil
+		return
+	}
+	now := answersOf(s.w.fsys)
+	for _, mk := range s.marks {
+		ports, portals, ok := s.w.m.Changes(mk.tok)
+		if !ok {
+			continue
+		}
+		steps := s.log[mk.at:]
+		fail := func(what, then, now string) {
+			s.w.t.Fatalf("after %q, Changes since %q names ports %q, portals %q: %s was %s, is %s", steps, s.log[:mk.at], ports, portals, what, then, now)
+		}
+		if mk.seen.ports != now.ports {
+			fail("Ports", mk.seen.ports, now.ports)
+		}
+		if mk.seen.subsystems != now.subsystems {
+			fail("Subsystems", mk.seen.subsystems, now.subsystems)
+		}
+		if mk.seen.portalsErr != now.portalsErr {
+			fail("the Portals error", mk.seen.portalsErr, now.portalsErr)
+		}
+		for id, l := range now.links {
+			if !slices.Contains(ports, id) && mk.seen.links[id] != l {
+				fail("links of port "+id, mk.seen.links[id], l)
+			}
+		}
+		for _, pair := range [][2]map[string]string{{mk.seen.portals, now.portals}, {now.portals, mk.seen.portals}} {
+			for id := range pair[0] {
+				if !slices.Contains(portals, id) && mk.seen.portals[id] != now.portals[id] {
+					fail("portal "+id, mk.seen.portals[id], now.portals[id])
+				}
+			}
+		}
+	}
+	s.marks = append(s.marks, mark{tok: tok, at: len(s.log), seen: now})
+	if len(s.marks) > 4 {
+		s.marks = s.marks[1:]
 	}
 }
 
