@@ -181,19 +181,26 @@ func learnOutcomes(mem Memory, outcomes []Outcome, now time.Time) Memory {
 	if len(outcomes) == 0 {
 		return mem
 	}
-	out := mem.clone()
+	out := mem
+	var w written // only the maps written are copied, as in Learn
 	for _, o := range outcomes {
 		for _, k := range o.Keys {
-			delete(out.Forced, k)
+			if out.Forced[k] {
+				delete(cow(&w.forced, &out.Forced), k)
+			}
 		}
 		d, wait := nextBackoff(out.Backoff[o.Endpoint], o.Result)
 		if !wait {
-			delete(out.Backoff, o.Endpoint)
-			delete(out.NextTry, o.Endpoint)
+			if _, ok := out.Backoff[o.Endpoint]; ok {
+				delete(cow(&w.backoff, &out.Backoff), o.Endpoint)
+			}
+			if _, ok := out.NextTry[o.Endpoint]; ok {
+				delete(cow(&w.nextTry, &out.NextTry), o.Endpoint)
+			}
 			continue
 		}
-		out.Backoff[o.Endpoint] = d
-		out.NextTry[o.Endpoint] = now.Add(d)
+		cow(&w.backoff, &out.Backoff)[o.Endpoint] = d
+		cow(&w.nextTry, &out.NextTry)[o.Endpoint] = now.Add(d)
 	}
 	return out
 }
