@@ -8,33 +8,12 @@ import (
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/watch"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma/rdmatest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
 )
 
-// bigWorld builds n nvmet ports (1–8 subsystems each) and n LIO portals on
-// n addresses of rxe0/veth0, all listening.
-func bigWorld(b testing.TB, n int) *fakeKernel {
-	b.Helper()
-	k := newFakeKernelAt(b, stateDir(b)) // tmpfs when there is one
-	k.AddDevice("rxe0", 1, "veth0")
-	k.AddDevice("rxe1", 2, "veth1") // 1% of the addresses: the device that resets
-	var nqns []string
-	for s := 0; s < 8; s++ {
-		nqns = append(nqns, fmt.Sprintf("nqn.2024-01.lab:s%d", s))
-		k.AddSubsystem(nqns[s])
-	}
-	for i := 0; i < n; i++ {
-		ip := ipOf(i)
-		if i%100 == 0 {
-			k.AddAddr("veth1", ip)
-		} else {
-			k.AddAddr("veth0", ip)
-		}
-		k.LinkedPort(fmt.Sprint(i+1), ip, "4420", nqns[:i%8+1]...)
-		k.ISERPortal("iqn.2024-01.lab:t", "tpgt_1", ip+":3260")
-	}
-	return k
-}
+// bigWorld is rdmatest.NewScaleWorld on a tmpfs when there is one.
+func bigWorld(b testing.TB, n int) *fakeKernel { return rdmatest.NewScaleWorld(b, stateDir(b), n) }
 
 func benchEngine(b *testing.B, k *fakeKernel) *rebind.Engine {
 	j, err := state.Open(stateDir(b))
@@ -145,7 +124,7 @@ func BenchmarkReconcileOnePercentDead(b *testing.B) {
 	}
 }
 
-func ipOf(i int) string { return fmt.Sprintf("10.%d.%d.%d", i/62500, i/250%250, i%250+1) }
+var ipOf = rdmatest.ScaleIP
 
 // BenchmarkSharedPortalHeal: n targets share one iSER portal (Cinder's
 // layout); the device resets and one reconcile heals the shared listener

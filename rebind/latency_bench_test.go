@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/watch"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
@@ -39,41 +37,6 @@ func BenchmarkEventToFirstWrite(b *testing.B) {
 			})
 		}
 	}
-}
-
-// writeClock records the time of the first configfs write made through
-// the fake, and the number of writes, since the last reset.
-type writeClock struct {
-	mu     sync.Mutex
-	first  time.Time
-	writes int
-}
-
-func newWriteClock(k *fakeKernel) *writeClock {
-	c := &writeClock{}
-	k.Fault = func(int, configfstest.Write) error {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.first.IsZero() {
-			c.first = time.Now()
-		}
-		c.writes++
-		return nil
-	}
-	return c
-}
-
-func (c *writeClock) reset() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.first, c.writes = time.Time{}, 0
-}
-
-// since returns the first write's delay after start and the writes.
-func (c *writeClock) since(start time.Time) (time.Duration, int, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.first.Sub(start), c.writes, !c.first.IsZero()
 }
 
 // runLoop starts the engine's Run loop over tree (resync: an hour) and
@@ -108,13 +71,13 @@ func reportPercentiles(b *testing.B, lat []time.Duration) {
 }
 
 func eventToFirstWrite(b *testing.B, k *fakeKernel, tree rebind.Tree) {
-	clk := newWriteClock(k)
+	clk := k.ClockWrites()
 	e, beats := runLoop(b, k, tree)
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		clk.reset()
+		clk.Reset()
 		k.RemoveDevice("rxe1")
 		k.AddDevice("rxe1", 2, "veth1") // a new index: a real return
 		drain(beats)
@@ -133,7 +96,7 @@ func eventToFirstWrite(b *testing.B, k *fakeKernel, tree rebind.Tree) {
 		b.StopTimer()
 		e.Poke() // let the round finish before the next reset
 		<-beats
-		d, _, ok := clk.since(start)
+		d, _, ok := clk.Since(start)
 		if !ok {
 			b.Fatal("healed without a configfs write")
 		}
@@ -154,14 +117,14 @@ func BenchmarkEventBurst(b *testing.B) {
 			k.AddAddr("veth0", "192.0.2.1")
 			k.AddDevice("rxe0", 1, "veth0")
 			k.LinkedPort("1", "192.0.2.1", "4420", "nqn.a")
-			clk := newWriteClock(k)
+			clk := k.ClockWrites()
 			e, beats := runLoop(b, k, k.FS())
 			lat := make([]time.Duration, 0, b.N)
 			totalWrites := 0
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				clk.reset()
+				clk.Reset()
 				k.RemoveDevice("rxe0")
 				k.AddDevice("rxe0", 1, "veth0") // a new index: a real return
 				drain(beats)
@@ -177,7 +140,7 @@ func BenchmarkEventBurst(b *testing.B) {
 				// Let any coalesced extra reconcile run before counting.
 				e.Poke()
 				<-beats
-				d, n, _ := clk.since(start)
+				d, n, _ := clk.Since(start)
 				lat = append(lat, d)
 				totalWrites += n
 				b.StartTimer()

@@ -1,7 +1,10 @@
 package rdmatest
 
 import (
+	"fmt"
 	"net/netip"
+	"sync"
+	"time"
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
@@ -122,4 +125,76 @@ func NewTargetPair(tb TB, nqn, iqn string) *System {
 	s.LinkedPort("1", "192.0.2.1", "4420", nqn)
 	s.ISERPortal(iqn, "tpgt_1", "192.0.2.1:3260")
 	return s
+}
+
+// NewScaleWorld is the world the benchmarks measure, under root (an empty
+// directory: tmpfs for benchmarks): n nvmet ports (1–8 of 8 subsystems
+// each) and n LIO iSER portals of one target, on n addresses (ScaleIP),
+// all listening; 1 % of the addresses (every 100th, from the first) on
+// rxe1/veth1, the device the benchmarks reset, the rest on rxe0/veth0.
+// Port i+1 and portal iqn.2024-01.lab:t/tpgt_1/<ScaleIP(i)>:3260 are on
+// ScaleIP(i).
+func NewScaleWorld(tb TB, root string, n int) *System {
+	tb.Helper()
+	s := NewSystemAt(tb, root)
+	s.AddDevice("rxe0", 1, "veth0")
+	s.AddDevice("rxe1", 2, "veth1")
+	var nqns []string
+	for i := range 8 {
+		nqns = append(nqns, fmt.Sprintf("nqn.2024-01.lab:s%d", i))
+		s.AddSubsystem(nqns[i])
+	}
+	for i := range n {
+		ip := ScaleIP(i)
+		if i%100 == 0 {
+			s.AddAddr("veth1", ip)
+		} else {
+			s.AddAddr("veth0", ip)
+		}
+		s.LinkedPort(fmt.Sprint(i+1), ip, "4420", nqns[:i%8+1]...)
+		s.ISERPortal("iqn.2024-01.lab:t", "tpgt_1", ip+":3260")
+	}
+	return s
+}
+
+// ScaleIP is the i-th address of NewScaleWorld.
+func ScaleIP(i int) string { return fmt.Sprintf("10.%d.%d.%d", i/62500, i/250%250, i%250+1) }
+
+// WriteClock records when the code under test first wrote to configfs
+// since its last Reset, and how many writes it made (ClockWrites).
+type WriteClock struct {
+	mu     sync.Mutex
+	first  time.Time
+	writes int
+}
+
+// ClockWrites makes the fake's Fault hook a WriteClock (every write is
+// let through).
+func (s *System) ClockWrites() *WriteClock {
+	c := &WriteClock{}
+	s.Fault = func(int, configfstest.Write) error {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.first.IsZero() {
+			c.first = time.Now()
+		}
+		c.writes++
+		return nil
+	}
+	return c
+}
+
+// Reset forgets the writes so far.
+func (c *WriteClock) Reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.first, c.writes = time.Time{}, 0
+}
+
+// Since returns the first write's delay after start, the writes since
+// Reset, and whether there was one.
+func (c *WriteClock) Since(start time.Time) (time.Duration, int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.first.Sub(start), c.writes, !c.first.IsZero()
 }
