@@ -29,12 +29,14 @@ func garbage(n int) {
 	sink = nil
 }
 
-// TestTrimMemory drives the policy with a quiet timer it fires by hand, so
-// no load on the machine can make rounds look quiet or a quiet loop busy:
-// a quiet loop after rounds that allocated little is not trimmed; rounds
-// re-arm the quiet timer and never trim; the quiet after a burst trims
-// once (the free heap back to the system, GOGC sized for the burst); a
-// burst twice as large before the next quiet sets GOGC back to 100, and
+// TestTrimMemory drives the policy with quiet and release timers it fires
+// by hand, so no load on the machine can make rounds look quiet or a
+// quiet loop busy: a quiet loop after rounds that allocated little is not
+// collected; rounds re-arm the quiet timer and never collect; the quiet
+// after a burst collects once (GOGC sized for the burst, the pages kept)
+// and arms the release, which returns the free heap to the system — at
+// once when the loop is quiet, at the next quiet when rounds are running;
+// a burst twice as large before the next quiet sets GOGC back to 100, and
 // so does a quiet loop after rounds that allocated little.
 func TestTrimMemory(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
@@ -43,9 +45,9 @@ func TestTrimMemory(t *testing.T) {
 	// Unbuffered: a round returns once the policy took it, and once the
 	// next returns, the policy is done with the one before.
 	rounds := make(chan struct{})
-	quiet := newFakeTimer()
+	quiet, release := newFakeTimer(), newFakeTimer()
 	done := make(chan struct{})
-	go func() { trimMemory(ctx, rounds, quiet); close(done) }()
+	go func() { trimMemory(ctx, rounds, quiet, release); close(done) }()
 	round := func() {
 		t.Helper()
 		select {
@@ -56,16 +58,16 @@ func TestTrimMemory(t *testing.T) {
 	}
 	_, _, forced0, _ := memStats()
 
-	// Quiet after rounds that allocated less than trimMin: no trim.
+	// Quiet after rounds that allocated less than trimMin: nothing.
 	round()
 	quiet.fire(t)
 	round()
 	if _, gogc, forced, _ := memStats(); forced != forced0 || gogc != 100 {
-		t.Fatalf("quiet after rounds that allocated little: %d forced GCs, GOGC %d; want no trim", forced-forced0, gogc)
+		t.Fatalf("quiet after rounds that allocated little: %d forced GCs, GOGC %d; want none, 100", forced-forced0, gogc)
 	}
 
 	// Rounds with garbage, closer than trimAfter (the timer is not
-	// fired): each re-arms the quiet timer, none trims.
+	// fired): each re-arms the quiet timer, none collects.
 	_, _, _, before := memStats()
 	for range 4 {
 		garbage(12 << 20)
@@ -73,15 +75,12 @@ func TestTrimMemory(t *testing.T) {
 	}
 	round()
 	if _, gogc, forced, _ := memStats(); forced != forced0 || gogc != 100 {
-		t.Fatalf("while the loop was busy: %d forced GCs, GOGC %d; want no trim", forced-forced0, gogc)
+		t.Fatalf("while the loop was busy: %d forced GCs, GOGC %d; want none, 100", forced-forced0, gogc)
 	}
 
-	// Quiet: the trim, once. GOGC raised for the burst, and the free heap
-	// back to the system. Not all of it: the GC's work buffers are freed
-	// by the background sweeper after the trim returns, a few MB under
-	// -race on two loaded cores. A GC alone, without the release, left 16
-	// to 34 MB of a 32 MB burst free where the trim left 0 to 5 MB: so,
-	// at most a quarter of the burst.
+	// Quiet: the collection, once, GOGC raised for the burst; the pages
+	// are kept (most of the burst is free heap still mapped) and the
+	// release armed.
 	quiet.fire(t) // taken: the policy is done with the rounds before
 	if got := quiet.armedWith(); len(got) != 7 || slices.ContainsFunc(got, func(d time.Duration) bool { return d != trimAfter }) {
 		t.Fatalf("quiet timer armed with %v for 7 rounds, want trimAfter (%v) each time", got, trimAfter)
@@ -91,15 +90,28 @@ func TestTrimMemory(t *testing.T) {
 	free, gogc, forced, _ := memStats()
 	switch {
 	case forced != forced0+1:
-		t.Fatalf("quiet after a %d MB burst: %d forced GCs, want 1 (the trim)", (after-before)>>20, forced-forced0)
+		t.Fatalf("quiet after a %d MB burst: %d forced GCs, want 1 (the collection)", (after-before)>>20, forced-forced0)
 	case gogc <= 100:
-		t.Fatalf("trimmed, yet GOGC is %d, want it raised for the burst", gogc)
-	case free > (after-before)/4:
-		t.Fatalf("trimmed (GOGC %d), yet %d bytes of free heap were kept after a %d-byte burst", gogc, free, after-before)
+		t.Fatalf("collected, yet GOGC is %d, want it raised for the burst", gogc)
+	case !slices.Equal(release.armedWith(), []time.Duration{releaseAfter}):
+		t.Fatalf("release armed with %v, want %v once", release.armedWith(), releaseAfter)
 	}
 
+	// The release, the loop quiet: the free heap back to the system. Not
+	// all of it: the GC's work buffers are freed by the background
+	// sweeper after it returns, a few MB under -race on two loaded cores
+	// (a GC alone left 16 to 34 MB of a 32 MB burst free where the
+	// release left 0 to 5 MB): so, at most a quarter of the burst.
+	quiet.fire(t)
+	release.fire(t)
+	round()
+	if freed, _, f, _ := memStats(); f != forced+1 || freed > (after-before)/4 || freed >= free {
+		t.Fatalf("released: %d forced GCs more, %d bytes of free heap kept (%d before) after a %d-byte burst; want 1, at most a quarter, less", f-forced, freed, free, after-before)
+	}
+	forced++
+
 	// A burst more than twice the last, before the loop is quiet again:
-	// the runtime's own pacing (GOGC 100), and still no trim.
+	// the runtime's own pacing (GOGC 100), and still no collection.
 	garbage(int(2*(after-before)) + 8<<20)
 	round()
 	round()
@@ -107,28 +119,34 @@ func TestTrimMemory(t *testing.T) {
 		t.Fatalf("after a burst twice the last: GOGC %d, %d forced GCs more; want 100 and none", gogc, f-forced)
 	}
 
-	// Quiet: trimmed, GOGC raised again for that burst. Then rounds that
-	// allocate little and a quiet loop (an idle resync): GOGC back to
-	// 100, no trim — the next large burst (a rescan, minutes later) is
-	// paced by the runtime.
+	// Quiet: collected, GOGC raised again for that burst. The release
+	// fires while rounds run: it waits for the next quiet.
 	quiet.fire(t)
 	round()
 	_, gogc, forced, _ = memStats()
-	if gogc <= 100 || forced != forced0+2 {
-		t.Fatalf("quiet after the second burst: GOGC %d, %d forced GCs; want it raised, 2", gogc, forced-forced0)
+	if gogc <= 100 || forced != forced0+3 {
+		t.Fatalf("quiet after the second burst: GOGC %d, %d forced GCs; want it raised, 3", gogc, forced-forced0)
 	}
+	release.fire(t)
 	round()
+	if _, _, f, _ := memStats(); f != forced {
+		t.Fatalf("release while rounds run: %d forced GCs more, want none until the loop is quiet", f-forced)
+	}
+	// Then rounds that allocate little and a quiet loop (an idle
+	// resync): the release that was due, GOGC back to 100, no collection
+	// — the next large burst (a rescan, minutes later) is paced by the
+	// runtime.
 	quiet.fire(t)
 	round()
-	if _, gogc, f, _ := memStats(); gogc != 100 || f != forced {
-		t.Fatalf("quiet after an idle round: GOGC %d, %d forced GCs more; want 100 and none", gogc, f-forced)
+	if _, gogc, f, _ := memStats(); gogc != 100 || f != forced+1 {
+		t.Fatalf("quiet after an idle round: GOGC %d, %d forced GCs more; want 100 and 1 (the release due)", gogc, f-forced)
 	}
 	cancel()
 	<-done
 }
 
-// The trimmer task's own timer is a time.Timer: a burst, then a quiet
-// loop, is trimmed within trimAfter (here: eventually).
+// The trimmer task's own timers are time.Timers: a burst, then a quiet
+// loop, is collected within trimAfter (here: eventually).
 func TestTrimmerTimer(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	ctx, cancel := context.WithCancel(context.Background())
