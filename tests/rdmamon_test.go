@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,13 +41,27 @@ load_modules || {
 	poweroff -f
 }
 ip link set lo up
+if [ -e /e2e/rdmamon-record ]; then
+	# Recording (NVMET_REBIND_RDMAMON_RECORD on the host): first, so that
+	# device indices start at 0; the files go out on the console.
+	echo "E2E INFO iproute2: $(ip -V) / $(rdma -V)"
+	NVMET_REBIND_RDMAMON_RECORD=/tmp/rdmamon-rec /usr/local/bin/udev.test -test.run '^TestRDMAMonitorRecord$' -test.v -test.count=1 >/tmp/rdmamon-rec.out 2>&1
+	rc0=$((rc0 + $?))
+	sed 's/^/  /' /tmp/rdmamon-rec.out
+	for f in /tmp/rdmamon-rec/*; do
+		[ -f "$f" ] || continue
+		n=${f##*/}
+		sed "s|^|E2E REC $n |" "$f"
+		echo "E2E REC $n EOF"
+	done
+fi
 NVMET_REBIND_RDMAMON_KERNEL=1 /usr/local/bin/udev.test -test.run '^TestRDMAMonitorKernel$' -test.v -test.count=1 >/tmp/rdmamon.out 2>&1
 rc=$?
 sed 's/^/  /' /tmp/rdmamon.out
 if [ $rc -eq 0 ] && [ $rc0 -eq 0 ]; then
 	echo "E2E RESULT rdmamon PASS $(uname -r)"
 else
-	echo "E2E RESULT rdmamon FAIL exit $rc0 (no RDMA netlink) $rc (rxe0)"
+	echo "E2E RESULT rdmamon FAIL exit $rc0 (no RDMA netlink, and the recording if asked) $rc (rxe0)"
 	rc=1
 fi
 echo "E2E DONE rc=$rc"
@@ -55,13 +70,29 @@ poweroff -f
 sleep 10
 `
 
+// envRDMAMonRecord names a folder: TestRDMAMonitor then also records the
+// kernel's monitor datagrams (udev TestRDMAMonitorRecord) and writes them
+// there as .hex files (a relative path is taken from the repository's
+// root). One kernel at a time: NVMET_REBIND_E2E_KERNELS=newest
+// NVMET_REBIND_RDMAMON_RECORD=udev/testdata/rdmamon-7.3 go test ./tests
+// -run '^TestRDMAMonitor$' (udev/testdata/rdmamon-7.3/README.md).
+const envRDMAMonRecord = "NVMET_REBIND_RDMAMON_RECORD"
+
 // TestRDMAMonitor boots each kernel and runs udev's real-kernel tests
 // inside: on 6.12 and later udev.WatchRDMAMonitor sees rxe0 register,
-// attach veth0 and unregister; on 6.1, and on any kernel before ib_core is
-// loaded, it ends at once with udev.ErrRDMAMonitorUnsupported. About half
-// a minute per kernel.
+// attach veth0 and unregister (and on 6.13 and later rename, and its
+// netdev rename); on 6.1, and on any kernel before ib_core is loaded, it
+// ends at once with udev.ErrRDMAMonitorUnsupported. About half a minute
+// per kernel.
 func TestRDMAMonitor(t *testing.T) {
 	skipUnlessVM(t)
+	recordDir := os.Getenv(envRDMAMonRecord)
+	if recordDir != "" && len(kernelSeries()) != 1 {
+		t.Fatalf("%s: record one kernel at a time (%s names %d)", envRDMAMonRecord, envKernels, len(kernelSeries()))
+	}
+	if recordDir != "" && !filepath.IsAbs(recordDir) {
+		recordDir = filepath.Join(repoRoot(t), recordDir)
+	}
 	for _, series := range kernelSeries() {
 		t.Run(series, func(t *testing.T) {
 			k, err := vm.PrepareKernel(series)
@@ -90,6 +121,9 @@ func TestRDMAMonitor(t *testing.T) {
 				},
 				Data: map[string][]byte{"/init": []byte(rdmamonInit)},
 			}
+			if recordDir != "" {
+				ov.Data["/e2e/rdmamon-record"] = []byte("1\n")
+			}
 			overlay := filepath.Join(dir, "overlay.cpio.gz")
 			if err := ov.Write(overlay); err != nil {
 				t.Fatalf("overlay: %v", err)
@@ -106,6 +140,10 @@ func TestRDMAMonitor(t *testing.T) {
 				t.Fatalf("rdmamon on %s: %v %s (timed out %v)\nconsole log: %s\n%s", k.Release, ok, r.Detail, res.TimedOut, p, tail(res.Console, 60))
 			}
 			t.Logf("%s in %v:\n%s", k.Release, res.Elapsed.Round(time.Second), guestOutput(res.Console))
+			if recordDir != "" {
+				writeRecording(t, recordDir, res.Console)
+				t.Logf("guest: %s", strings.Join(res.Events.Info, "; "))
+			}
 		})
 	}
 }
@@ -119,4 +157,53 @@ func guestOutput(console []byte) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// writeRecording writes the files the guest printed as "E2E REC <name>
+// <line>" lines, each ended by "E2E REC <name> EOF", into dir. Every
+// datagram line must be hex; a file without its EOF line is an error.
+func writeRecording(t *testing.T, dir string, console []byte) {
+	t.Helper()
+	files := map[string][]string{}
+	ended := map[string]bool{}
+	var order []string
+	for _, l := range strings.Split(string(console), "\n") {
+		l = strings.TrimRight(l, "\r")
+		i := strings.Index(l, "E2E REC ")
+		if i < 0 {
+			continue
+		}
+		name, line, _ := strings.Cut(l[i+len("E2E REC "):], " ")
+		if name == "" || strings.ContainsAny(name, "/\\") || !strings.HasSuffix(name, ".hex") {
+			t.Fatalf("recording: bad file name in %q", l)
+		}
+		if _, ok := files[name]; !ok {
+			order = append(order, name)
+		}
+		if line == "EOF" {
+			ended[name] = true
+			continue
+		}
+		if !strings.HasPrefix(line, "#") {
+			if _, err := hex.DecodeString(line); err != nil {
+				t.Fatalf("recording: %s: a datagram line that is not hex (console interleaving?): %q", name, line)
+			}
+		}
+		files[name] = append(files[name], line)
+	}
+	if len(order) == 0 {
+		t.Fatal("recording: the guest printed no file")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range order {
+		if !ended[name] {
+			t.Fatalf("recording: %s has no EOF line", name)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(strings.Join(files[name], "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("recording: %d files in %s", len(order), dir)
 }

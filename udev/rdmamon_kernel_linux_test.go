@@ -37,8 +37,9 @@ func kernelAtLeast(t *testing.T, major, minor int) bool {
 }
 
 // The watcher on the real kernel: from 6.12 on it sees rxe0 register (and
-// its port attach veth0) and unregister, keyed by index; before 6.12 it
-// ends at once with ErrRDMAMonitorUnsupported.
+// its port attach veth0) and unregister, keyed by index, and from 6.13 on
+// rxe0's rename and veth0's; before 6.12 it ends at once with
+// ErrRDMAMonitorUnsupported.
 func TestRDMAMonitorKernel(t *testing.T) {
 	if os.Getenv(envRDMAMonitorKernel) != "1" {
 		t.Skip(envRDMAMonitorKernel + "=1 runs this in the test VM (go test ./tests -run TestRDMAMonitor)")
@@ -108,6 +109,21 @@ func TestRDMAMonitorKernel(t *testing.T) {
 	want("rdma monitor register rxe0")
 	t.Logf("register seen %v after starting rdma link add", time.Since(start).Round(time.Millisecond))
 	want("rdma monitor netdev_attach rxe0 port 1 veth0")
+	wantHints := 3
+	if kernelAtLeast(t, 6, 13) {
+		// RENAME and NETDEV_RENAME (testdata/rdmamon-7.3): the device
+		// keeps its index through its rename, the netdev rename names
+		// only the netdev.
+		sh("rdma", "dev", "set", "rxe0", "name", "rxe9")
+		want("rdma monitor rename rxe9 (was rxe0)")
+		sh("rdma", "dev", "set", "rxe9", "name", "rxe0")
+		want("rdma monitor rename rxe0 (was rxe9)")
+		sh("ip", "link", "set", "veth0", "name", "veth9")
+		want("rdma monitor netdev_rename veth9")
+		sh("ip", "link", "set", "veth9", "name", "veth0")
+		want("rdma monitor netdev_rename veth0")
+		wantHints += 4
+	}
 	sh("rdma", "link", "delete", "rxe0")
 	want("rdma monitor unregister rxe0")
 
@@ -116,8 +132,8 @@ func TestRDMAMonitorKernel(t *testing.T) {
 		t.Errorf("WatchRDMAMonitor after cancel: %v", err)
 	}
 	c := st.Snapshot().RDMAMonitor
-	if c.Errors != 0 || c.Reconnects != 0 || c.Hints < 3 {
-		t.Errorf("counts %+v: want no errors, no reconnects, ≥ 3 hints", c)
+	if c.Errors != 0 || c.Reconnects != 0 || c.Hints < uint64(wantHints) {
+		t.Errorf("counts %+v: want no errors, no reconnects, ≥ %d hints", c, wantHints)
 	}
 }
 

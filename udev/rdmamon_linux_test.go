@@ -18,17 +18,22 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
 )
 
-// Recorded on Debian's 6.12 (testdata/rdmamon-6.12/README.md).
+// Recorded on Debian's 6.12 and 7.3 (testdata/rdmamon-6.12/README.md,
+// testdata/rdmamon-7.3/README.md).
 func TestParseRDMAMonitorFixtures(t *testing.T) {
 	t.Parallel()
-	register := func(idx uint32) rdma.MonitorEvent {
-		return rdma.MonitorEvent{Type: rdma.MonitorRegister, HasDev: true, DevIndex: idx, DevName: "rxe0"}
+	dev := func(typ rdma.MonitorEventType, idx uint32, name string) rdma.MonitorEvent {
+		return rdma.MonitorEvent{Type: typ, HasDev: true, DevIndex: idx, DevName: name}
 	}
+	register := func(idx uint32) rdma.MonitorEvent { return dev(rdma.MonitorRegister, idx, "rxe0") }
+	unregister := func(idx uint32) rdma.MonitorEvent { return dev(rdma.MonitorUnregister, idx, "rxe0") }
 	attach := func(idx uint32) rdma.MonitorEvent {
 		return rdma.MonitorEvent{Type: rdma.MonitorNetdevAttach, HasDev: true, DevIndex: idx, DevName: "rxe0", Port: 1, HasNetdev: true, NetdevIndex: 3, Netdev: "veth0"}
 	}
-	unregister := func(idx uint32) rdma.MonitorEvent {
-		return rdma.MonitorEvent{Type: rdma.MonitorUnregister, HasDev: true, DevIndex: idx, DevName: "rxe0"}
+	// NETDEV_RENAME names only the netdev (fill_mon_netdev_rename): no
+	// device index, no port.
+	netdevRename := func(name string) rdma.MonitorEvent {
+		return rdma.MonitorEvent{Type: rdma.MonitorNetdevRename, HasNetdev: true, NetdevIndex: 3, Netdev: name}
 	}
 	for _, tc := range []struct {
 		file string
@@ -41,6 +46,19 @@ func TestParseRDMAMonitorFixtures(t *testing.T) {
 		{"rdmamon-6.12/monitor-rdma-dev-set-rxe0-name-rxe9.hex", nil},
 		{"rdmamon-6.12/monitor-ip-link-set-veth0-name-veth9.hex", nil},
 		{"rdmamon-6.1/monitor-rdma-link-add-rxe0.hex", nil},
+
+		{"rdmamon-7.3/monitor-rdma-link-add-rxe0.hex", [][]rdma.MonitorEvent{{register(0)}, {attach(0)}}},
+		{"rdmamon-7.3/monitor-rdma-dev-set-rxe0-name-rxe9.hex", [][]rdma.MonitorEvent{{dev(rdma.MonitorRename, 0, "rxe9")}}},
+		{"rdmamon-7.3/monitor-rdma-dev-set-rxe9-name-rxe0.hex", [][]rdma.MonitorEvent{{dev(rdma.MonitorRename, 0, "rxe0")}}},
+		{"rdmamon-7.3/monitor-ip-link-set-veth0-name-veth9.hex", [][]rdma.MonitorEvent{{netdevRename("veth9")}}},
+		{"rdmamon-7.3/monitor-ip-link-set-veth9-name-veth0.hex", [][]rdma.MonitorEvent{{netdevRename("veth0")}}},
+		{"rdmamon-7.3/monitor-ip-link-set-veth0-down.hex", nil},
+		{"rdmamon-7.3/monitor-ip-link-set-veth0-name-veth9-while-down.hex", [][]rdma.MonitorEvent{{netdevRename("veth9")}}},
+		{"rdmamon-7.3/monitor-ip-link-set-veth9-name-veth0-while-down.hex", [][]rdma.MonitorEvent{{netdevRename("veth0")}}},
+		{"rdmamon-7.3/monitor-ip-link-set-veth0-up.hex", nil},
+		{"rdmamon-7.3/monitor-rdma-link-delete-rxe0.hex", [][]rdma.MonitorEvent{{unregister(0)}}},
+		{"rdmamon-7.3/monitor-rdma-link-add-rxe0-again.hex", [][]rdma.MonitorEvent{{register(1)}, {attach(1)}}},
+		{"rdmamon-7.3/monitor-ip-link-del-veth0.hex", [][]rdma.MonitorEvent{{unregister(1)}}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			var got [][]rdma.MonitorEvent
@@ -62,6 +80,7 @@ func TestParseMonitorModeFixtures(t *testing.T) {
 	t.Parallel()
 	for file, want := range map[string]bool{
 		"rdmamon-6.12/sys-get-doit-ack.hex": true,
+		"rdmamon-7.3/sys-get-doit-ack.hex":  true,
 		"rdmamon-6.1/sys-get-doit-ack.hex":  false,
 	} {
 		dgs := readHex(t, file)
@@ -103,33 +122,49 @@ func monitorMsg(typ uint16, attrs ...any) []byte {
 
 const monitorType = 5<<10 | 28 // RDMA_NL_NLDEV<<10 | RDMA_NLDEV_CMD_MONITOR
 
-// The recorded events and those of 6.13+ (RENAME, NETDEV_RENAME: built
-// from nldev.c, not recorded), keyed by device index through a rename.
+// The recorded events of 7.3 (RENAME and NETDEV_RENAME included), and
+// messages no recording has, built from nldev.c: keyed by device index
+// through a rename.
 func TestRDMAMonitorHints(t *testing.T) {
 	t.Parallel()
 	var dgs [][]byte
-	dgs = append(dgs, readHex(t, "rdmamon-6.12/monitor-rdma-link-add-rxe0.hex")...)
+	for _, f := range []string{
+		"monitor-rdma-link-add-rxe0.hex",
+		"monitor-rdma-dev-set-rxe0-name-rxe9.hex",
+		"monitor-ip-link-set-veth0-name-veth9.hex",
+		"monitor-ip-link-set-veth9-name-veth0.hex",
+	} {
+		dgs = append(dgs, readHex(t, "rdmamon-7.3/"+f)...)
+	}
 	dgs = append(dgs,
-		// rename: fill_nldev_handle (index, new name)
-		monitorMsg(monitorType, 1, uint32(0), 2, "mlx5_bond_0", 102, uint8(4)),
-		// netdev_rename: fill_mon_netdev_rename (netdev only)
-		monitorMsg(monitorType, 50, uint32(3), 51, "veth9", 102, uint8(5)),
-		// netdev_detach without a netdev left on the port
-		monitorMsg(monitorType, 1, uint32(0), 2, "mlx5_bond_0", 3, uint32(1), 102, uint8(3)),
-		// a type this code does not know, device without a name
+		// Not recorded (rxe sends no NETDEV_DETACH): netdev_detach
+		// without a netdev left on the port (fill_mon_netdev_association).
+		monitorMsg(monitorType, 1, uint32(0), 2, "rxe9", 3, uint32(1), 102, uint8(3)),
+		// Not recorded: netdev_rename of a netdev in another namespace
+		// than the device's (fill_mon_netdev_rename puts nothing).
+		monitorMsg(monitorType, 102, uint8(5)),
+		// Not recorded: netdev_attach of a netdev in another namespace
+		// (fill_mon_netdev_association puts nothing either).
+		monitorMsg(monitorType, 102, uint8(2)),
+		// Not recorded: a type this code does not know, device without a name.
 		monitorMsg(monitorType, 1, uint32(0), 102, uint8(9)),
-		// netdev_attach without NDEV_NAME
+		// Not recorded: netdev_attach without NDEV_NAME.
 		monitorMsg(monitorType, 1, uint32(7), 3, uint32(2), 50, uint32(12), 102, uint8(2)),
 	)
-	dgs = append(dgs, readHex(t, "rdmamon-6.12/monitor-rdma-link-delete-rxe0.hex")...)
+	dgs = append(dgs, readHex(t, "rdmamon-7.3/monitor-rdma-dev-set-rxe9-name-rxe0.hex")...)
+	dgs = append(dgs, readHex(t, "rdmamon-7.3/monitor-rdma-link-delete-rxe0.hex")...)
 	want := []string{
 		"rdma monitor register rxe0",
 		"rdma monitor netdev_attach rxe0 port 1 veth0",
-		"rdma monitor rename mlx5_bond_0 (was rxe0)",
+		"rdma monitor rename rxe9 (was rxe0)",
 		"rdma monitor netdev_rename veth9",
-		"rdma monitor netdev_detach mlx5_bond_0 port 1",
-		"rdma monitor event 9 mlx5_bond_0",
+		"rdma monitor netdev_rename veth0",
+		"rdma monitor netdev_detach rxe9 port 1",
+		"rdma monitor netdev_rename",
+		"rdma monitor netdev_attach",
+		"rdma monitor event 9 rxe9",
 		"rdma monitor netdev_attach index 7 port 2 ifindex 12",
+		"rdma monitor rename rxe0 (was rxe9)",
 		"rdma monitor unregister rxe0",
 	}
 	names := monitorNames{}
@@ -304,8 +339,9 @@ func FuzzRDMAMonitor(f *testing.F) {
 			f.Add(dg)
 		}
 	}
-	f.Add(monitorMsg(monitorType, 1, uint32(0), 2, "mlx5_bond_0", 102, uint8(4)))
-	f.Add(monitorMsg(monitorType, 50, uint32(3), 51, "veth9", 102, uint8(5)))
+	// Shapes no recording has (TestRDMAMonitorHints).
+	f.Add(monitorMsg(monitorType, 1, uint32(0), 2, "rxe9", 3, uint32(1), 102, uint8(3)))
+	f.Add(monitorMsg(monitorType, 102, uint8(5)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		names := monitorNames{}
 		hs, err := names.hints(data)

@@ -52,8 +52,11 @@ func (t MonitorEventType) String() string {
 
 // MonitorEvent is one RDMA_NLDEV_CMD_MONITOR message. Which attributes come
 // depends on the type: REGISTER, UNREGISTER and RENAME carry the device
-// (index and name); NETDEV_ATTACH and NETDEV_DETACH the device, the port
-// and, while the port has one, its netdev; NETDEV_RENAME only the netdev.
+// (index and name; RENAME the new name, not the old one); NETDEV_ATTACH
+// and NETDEV_DETACH the device, the port and, while the port has one, its
+// netdev; NETDEV_RENAME only the netdev (ifindex and new name: not which
+// device or port), or nothing when the netdev is in another network
+// namespace than the device (udev/testdata/rdmamon-7.3/README.md).
 type MonitorEvent struct {
 	Type MonitorEventType // RDMA_NLDEV_ATTR_EVENT_TYPE
 	// HasDev says DevIndex was sent. The index is the device's identity

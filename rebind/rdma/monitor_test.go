@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"reflect"
 	"syscall"
 	"testing"
 )
@@ -11,6 +12,7 @@ import (
 // SYS_GET answers recorded in the test VM (udev/testdata/rdmamon-*/sys-get-doit-ack.hex).
 const (
 	sysGet612 = "300000000614000001000000ca00000005004200010000000500600000000000050067000100000005005d0001000000"
+	sysGet73  = "300000000614000001000000a500000005004200010000000500600000000000050067000100000005005d0001000000"
 	sysGet61  = "280000000614000001000000960000000500420001000000050060000000000005005d0001000000"
 	sysGetAck = "240000000200000101000000ca0000000000000010000000061405000100000000000000"
 	// NLMSG_ERROR -EOPNOTSUPP with the request echoed (a kernel without SYS_GET).
@@ -59,6 +61,7 @@ func TestMonitorSupported(t *testing.T) {
 		want bool
 	}{
 		{"6.12", []string{sysGet612, sysGetAck}, true},
+		{"7.3", []string{sysGet73, sysGetAck}, true},
 		{"6.1", []string{sysGet61, sysGetAck}, false},
 		{"no SYS_GET", []string{sysGetRefused}, false},
 	} {
@@ -87,5 +90,31 @@ func TestParseMonitorOverrun(t *testing.T) {
 	put16(b[4:], nlmsgOverrun)
 	if _, err := ParseMonitor(b); !errors.Is(err, syscall.ENOBUFS) {
 		t.Errorf("ParseMonitor(NLMSG_OVERRUN) = %v, want ENOBUFS", err)
+	}
+}
+
+// The 6.13+ events as Debian's 7.3.4 sent them
+// (udev/testdata/rdmamon-7.3/monitor-rdma-dev-set-rxe0-name-rxe9.hex and
+// monitor-ip-link-set-veth0-name-veth9.hex): RENAME carries the device's
+// index and new name; NETDEV_RENAME only the netdev's ifindex and new name.
+func TestParseMonitorRecordedRenames(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, dg string
+		want     MonitorEvent
+	}{
+		{"rename", "2c0000001c140000000000000000000008000100000000000900020072786539000000000500660004000000",
+			MonitorEvent{Type: MonitorRename, HasDev: true, DevIndex: 0, DevName: "rxe9"}},
+		{"netdev_rename", "2c0000001c140000000000000000000008003200030000000a00330076657468390000000500660005000000",
+			MonitorEvent{Type: MonitorNetdevRename, HasNetdev: true, NetdevIndex: 3, Netdev: "veth9"}},
+	} {
+		b, err := hex.DecodeString(tc.dg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ParseMonitor(b)
+		if err != nil || !reflect.DeepEqual(got, []MonitorEvent{tc.want}) {
+			t.Errorf("%s: ParseMonitor = %+v, %v; want %+v", tc.name, got, err, tc.want)
+		}
 	}
 }
