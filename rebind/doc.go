@@ -20,9 +20,12 @@
 //     the saved configs; when all of that reads as the baseline's did and
 //     the configfs model's Generation has not moved, the baseline's objects
 //     and verdicts are this observation's (nothing could judge otherwise);
-//     when only the kernel's tables changed (an event: a reset, an
-//     address, a listener), the baseline's objects, and its verdicts but
-//     for the endpoints the tables' delta touches (rdma.Index.Since),
+//     when it moved but the model names the only objects that may have
+//     changed (watch.Model.Changes: a heal's own writes, an admin's link
+//     or iser), those are read again into the baseline's (carry.go:
+//     edited); when the kernel's tables changed too (an event: a reset,
+//     an address, a listener), the baseline's objects, and its verdicts
+//     but for the endpoints the tables' delta touches (rdma.Index.Since),
 //     judged again (carry.go: rejudge); else index the tables
 //     (rdma.Index), judge each endpoint once
 //     (judge.go: a Verdict — listening, dead, stranded, unknown; TCP ports
