@@ -144,6 +144,7 @@ func TestReadSysfsGIDsErrors(t *testing.T) {
 		{name: "gid with a bad digit", files: map[string]string{port + "gids/5": "fe80:0000:0000:0000:0000:0000:0000:000g\n"}, wantIn: "gids/5"},
 		{name: "gid with a sign", files: map[string]string{port + "gids/5": "fe80:0000:0000:0000:0000:0000:0000:+001\n"}, wantIn: "gids/5"},
 		{name: "not an index", files: map[string]string{port + "gids/x1": zeroGID}, wantIn: "gids/x1"},
+		{name: "an index not as the kernel prints it", files: map[string]string{port + "gids/07": zeroGID}, wantIn: "gids/07"},
 		{name: "netdev name with dots",
 			files: map[string]string{port + "gids/2": "fe80:0000:0000:0000:0000:0000:0000:0001", port + "gid_attrs/ndevs/2": "..\n"}, wantIn: "ndevs/2"},
 		{name: "ndevs entry is a directory",
@@ -182,9 +183,13 @@ type fakeAttrs struct {
 	errs  map[string]error    // path → read error
 	seq   map[string][]string // path → contents of the 1st, 2nd, … read (the last one repeats)
 	reads map[string]int
+	lists int // list calls
 }
 
 func (f *fakeAttrs) list(dir string) ([]string, error) {
+	fakeAttrsMu.Lock()
+	f.lists++
+	fakeAttrsMu.Unlock()
 	var names []string
 	seen := map[string]bool{}
 	errs := map[string]string{}
@@ -215,6 +220,9 @@ func (f *fakeAttrs) seqFirst() map[string]string {
 
 var fakeAttrsMu sync.Mutex
 
+// gone in fakeAttrs.seq: that read finds no such file (the device deleted).
+const gone = "\x00gone"
+
 func (f *fakeAttrs) read(p string) (string, error) {
 	fakeAttrsMu.Lock()
 	defer fakeAttrsMu.Unlock()
@@ -224,7 +232,10 @@ func (f *fakeAttrs) read(p string) (string, error) {
 		return "", &fs.PathError{Op: "read", Path: p, Err: err}
 	}
 	if s, ok := f.seq[p]; ok {
-		return s[min(n, len(s)-1)], nil
+		if v := s[min(n, len(s)-1)]; v != gone {
+			return v, nil
+		}
+		return "", &fs.PathError{Op: "open", Path: p, Err: fs.ErrNotExist}
 	}
 	if v, ok := f.files[p]; ok {
 		return v, nil

@@ -1,7 +1,14 @@
 package rdma
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"syscall"
+
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded/boundedtest"
 
 	"net/netip"
 	"path/filepath"
@@ -117,10 +124,18 @@ func gidReads(f *fakeAttrs) int {
 	return n
 }
 
+// rxeTableOf is rxeTable with n entries instead of 1,024.
+func rxeTableOf(n int, ndev string, used ...int) *fakeAttrs {
+	f := rxeTable(ndev, used...)
+	for i := n; i < 1024; i++ {
+		delete(f.files, "gids/"+strconv.Itoa(i))
+	}
+	return f
+}
+
 func TestReadGIDsNeeded(t *testing.T) {
 	t.Parallel()
-	full := func(used ...int) []GID {
-		f := rxeTable("veth0", used...)
+	full := func(f *fakeAttrs) []GID {
 		g, err := readGIDs(f, subdir{f, "gids"}, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -129,25 +144,45 @@ func TestReadGIDsNeeded(t *testing.T) {
 	}
 	tests := []struct {
 		name      string
-		used      []int
+		table     func() *fakeAttrs
 		need      []GIDKey
 		want      []GID // nil: the whole table (what a full read returns)
-		maxReads  int   // of gids/<i> files
-		wholeRead bool
+		maxReads  int   // of gids/<i> files, missing ones included
+		minReads  int
+		wholeRead bool // every entry of the table read
 	}{
-		{name: "every key at the start: one batch", used: []int{0, 1}, need: []GIDKey{key("192.0.2.1", "veth0"), key("192.0.2.2", "veth0")},
-			maxReads: gidFirstBatch + 2*2},
-		{name: "nothing needed: nothing read", used: []int{0, 1}, need: []GIDKey{}, want: []GID(nil), maxReads: 0},
-		{name: "a key after a hole", used: []int{0, 1, 700}, need: []GIDKey{key("192.0.2.201", "veth0")}, maxReads: 1024},
-		{name: "a key not in the table: read whole", used: []int{0, 5, 1000}, need: []GIDKey{key("192.0.2.77", "veth0")},
-			wholeRead: true, maxReads: 1024 + 3*2},
-		{name: "same IP on another netdev is not the key", used: []int{0, 3}, need: []GIDKey{key("192.0.2.1", "veth0.100")},
-			wholeRead: true, maxReads: 1024 + 2*2},
+		// rxe with an IPv4 address: the default GID (link-local) and the
+		// IPv4 one, at 0 and 1 (seen on 6.1, 6.12, 6.18, 7.3.4): each
+		// read and read again after its attributes, nothing after them.
+		{name: "every key at the start: those entries only", table: func() *fakeAttrs { return rxeTable("veth0", 0, 1) },
+			need: []GIDKey{key("192.0.2.1", "veth0"), key("192.0.2.2", "veth0")}, maxReads: 2 * 2, minReads: 2 * 2},
+		{name: "empty entries before the last key are read", table: func() *fakeAttrs { return rxeTable("veth0", 0, 5) },
+			need: []GIDKey{key("192.0.2.6", "veth0")}, maxReads: 6 + 2, minReads: 6 + 2},
+		{name: "nothing needed: nothing read", table: func() *fakeAttrs { return rxeTable("veth0", 0, 1) },
+			need: []GIDKey{}, want: []GID(nil), maxReads: 0},
+		{name: "a key after the first entries: batches", table: func() *fakeAttrs { return rxeTable("veth0", 0, 20) },
+			need: []GIDKey{key("192.0.2.21", "veth0")}, maxReads: gidFirstBatch + gidFirstBatch + 2, minReads: 21},
+		{name: "a key after a hole", table: func() *fakeAttrs { return rxeTable("veth0", 0, 1, 700) },
+			need: []GIDKey{key("192.0.2.201", "veth0")}, maxReads: 1024, minReads: 701},
+		{name: "a key not in the table: read whole", table: func() *fakeAttrs { return rxeTable("veth0", 0, 5, 1000) },
+			need: []GIDKey{key("192.0.2.77", "veth0")}, wholeRead: true,
+			// 1,024 entries, the used ones again, gids/1024 (missing)
+			// and gids/1023 again (the end, not the directory gone).
+			maxReads: 1024 + 3 + 1 + 1},
+		{name: "same IP on another netdev is not the key", table: func() *fakeAttrs { return rxeTable("veth0", 0, 3) },
+			need: []GIDKey{key("192.0.2.1", "veth0.100")}, wholeRead: true, maxReads: 1024 + 2 + 2},
+		// A table shorter than a batch (mlx5 has 256 entries, other
+		// drivers fewer): its end is the first missing gids/<i>.
+		{name: "a short table ends at its first missing entry", table: func() *fakeAttrs { return rxeTableOf(8, "veth0", 0, 2) },
+			need: []GIDKey{key("192.0.2.77", "veth0")}, wholeRead: true, maxReads: 8 + 2 + 1 + 1},
+		{name: "a table that ends in a batch", table: func() *fakeAttrs { return rxeTableOf(40, "veth0", 0, 30) },
+			// the readers stop at the end: at most one missing read each
+			need: []GIDKey{key("192.0.2.77", "veth0")}, wholeRead: true, maxReads: 40 + 2 + gidReaders + 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			f := rxeTable("veth0", tt.used...)
+			f := tt.table()
 			need := map[GIDKey]bool{}
 			for _, k := range tt.need {
 				need[k] = true
@@ -156,7 +191,10 @@ func TestReadGIDsNeeded(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			all := full(tt.used...)
+			if f.lists != 0 {
+				t.Errorf("gids/ listed %d times; want it probed by index", f.lists)
+			}
+			all := full(tt.table())
 			want := tt.want
 			if want == nil && tt.maxReads > 0 {
 				// The entries read are a prefix of the table: every
@@ -175,13 +213,118 @@ func TestReadGIDsNeeded(t *testing.T) {
 					t.Errorf("key %v is in the table but was not read", k)
 				}
 			}
-			if r := gidReads(f); r > tt.maxReads {
-				t.Errorf("%d reads of gids/<i>, want at most %d", r, tt.maxReads)
+			if r := gidReads(f); r > tt.maxReads || r < tt.minReads {
+				t.Errorf("%d reads of gids/<i>, want %d to %d", r, tt.minReads, tt.maxReads)
 			}
-			if tt.wholeRead && gidReads(f) < 1024 {
-				t.Errorf("%d reads of gids/<i>: want the whole table", gidReads(f))
+			if tt.wholeRead {
+				for i := range len(all) {
+					if f.reads["gids/"+strconv.Itoa(int(all[i].Index))] == 0 {
+						t.Errorf("gids/%d not read: want the whole table", all[i].Index)
+					}
+				}
 			}
 		})
+	}
+}
+
+// TestReadGIDsNeededGone: a table whose entries vanish while it is read
+// (the device deleted) is an error, not a table that ended early; an
+// entry that cannot be read is reported as in a whole read.
+func TestReadGIDsNeededGone(t *testing.T) {
+	t.Parallel()
+	need := func() map[GIDKey]bool { return map[GIDKey]bool{key("192.0.2.77", "veth0"): true} }
+	t.Run("gone in the first entries", func(t *testing.T) {
+		t.Parallel()
+		f := rxeTableOf(3, "veth0", 0, 1)
+		// The end at 3, but gids/2 no longer reads: the directory went.
+		f.seq = map[string][]string{"gids/2": {strings.TrimSpace(zeroGID), gone}}
+		g, err := readGIDs(f, subdir{f, "gids"}, need())
+		if err == nil || !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("readGIDs = %v, %v; want an error wrapping ErrNotExist", g, err)
+		}
+	})
+	t.Run("gone in a batch", func(t *testing.T) {
+		t.Parallel()
+		f := rxeTableOf(100, "veth0", 0, 1)
+		f.seq = map[string][]string{"gids/99": {strings.TrimSpace(zeroGID), gone}}
+		g, err := readGIDs(f, subdir{f, "gids"}, need())
+		if err == nil || !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("readGIDs = %v, %v; want an error wrapping ErrNotExist", g, err)
+		}
+	})
+	t.Run("an entry not readable", func(t *testing.T) {
+		t.Parallel()
+		f := rxeTable("veth0", 0, 1)
+		f.errs["gids/40"] = syscall.EIO
+		g, err := readGIDs(f, subdir{f, "gids"}, need())
+		if err == nil || !strings.Contains(err.Error(), "gids/40") || !errors.Is(err, syscall.EIO) {
+			t.Fatalf("readGIDs = %v, %v; want the error of gids/40", g, err)
+		}
+	})
+	t.Run("no entry 0: read as listed", func(t *testing.T) {
+		t.Parallel()
+		f := rxeTable("veth0", 3)
+		delete(f.files, "gids/0")
+		g, err := readGIDs(f, subdir{f, "gids"}, need())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.lists != 1 || len(g) != 1 || g[0].Index != 3 {
+			t.Errorf("readGIDs = %v after %d lists; want gids/3, from the listing", g, f.lists)
+		}
+	})
+}
+
+// TestReadSysfsGIDsNeededTree: on a sysfs tree (the attributes read
+// through their directories), the needed entries read give what the whole
+// read gives for them, errors named as in a whole read.
+func TestReadSysfsGIDsNeededTree(t *testing.T) {
+	t.Parallel()
+	const port = "class/infiniband/rxe0/ports/1/"
+	files := map[string]string{}
+	for i := range 64 {
+		files[port+"gids/"+strconv.Itoa(i)] = zeroGID
+	}
+	files[port+"gids/0"] = "fe80:0000:0000:0000:0000:00ff:fe00:0001\n"
+	files[port+"gid_attrs/ndevs/0"] = "veth0\n"
+	files[port+"gid_attrs/types/0"] = "RoCE v2\n"
+	files[port+"gids/1"] = "0000:0000:0000:0000:0000:ffff:c000:0201\n"
+	files[port+"gid_attrs/ndevs/1"] = "veth0\n"
+	files[port+"gid_attrs/types/1"] = "RoCE v2\n"
+	root := sysfsTree(t, files, nil)
+	whole, err := ReadSysfsGIDs(root, "rxe0", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, need := range []map[GIDKey]bool{
+		{key("192.0.2.1", "veth0"): true},
+		{key("192.0.2.1", "veth0"): true, key("fe80::ff:fe00:1", "veth0"): true},
+		{key("192.0.2.9", "veth0"): true}, // not there: read whole, to the end at 64
+	} {
+		got, err := ReadSysfsGIDsNeeded(root, "rxe0", 1, need)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(whole[:len(got)], got); diff != "" || len(got) == 0 {
+			t.Errorf("need %v (-whole +needed):\n%s", need, diff)
+		}
+		for k := range need {
+			if need[k] != true {
+				t.Errorf("need %v changed by the read", need)
+			}
+		}
+	}
+	// An attribute that is not a regular file is named as a whole read names it.
+	if err := os.Remove(filepath.Join(root, port, "gid_attrs/types/1")); err != nil {
+		t.Fatal(err)
+	}
+	boundedtest.FIFO(t, filepath.Join(root, port, "gid_attrs/types/1"))
+	_, errWhole := ReadSysfsGIDs(root, "rxe0", 1)
+	_, errNeeded := ReadSysfsGIDsNeeded(root, "rxe0", 1, map[GIDKey]bool{key("192.0.2.1", "veth0"): true})
+	for _, err := range []error{errWhole, errNeeded} {
+		if err == nil || !strings.Contains(err.Error(), "gid_attrs/types/1: not a regular file") || !errors.Is(err, bounded.ErrNotRegular) {
+			t.Errorf("err %v; want gid_attrs/types/1 named, not a regular file", err)
+		}
 	}
 }
 
