@@ -128,7 +128,14 @@ func decide(obs *Observed, mem Memory, cfg Config, sel Selection) Planned {
 	holders := 0
 	var slab []holder // every group's holders, each group's contiguous
 	if len(entries) > 64 {
-		slab = make([]holder, 0, len(obs.Ports)+len(obs.Portals))
+		n := len(obs.Ports) + len(obs.Portals)
+		if !sel.all && sel.prev != nil {
+			n = 0 // a selection's objects, not every object's room
+			for _, e := range entries {
+				obs.objects(e, func(int) { n++ })
+			}
+		}
+		slab = make([]holder, 0, n)
 	}
 	for _, e := range entries {
 		g := group{ep: e.ep}
