@@ -53,4 +53,3 @@ type fakeKernel = rdmatest.System
 
 var newFakeKernel = rdmatest.NewSystem
 
-var newFakeKernelAt = rdmatest.NewSystemAt

@@ -44,16 +44,8 @@ func TestRDMAMonitorKernel(t *testing.T) {
 	if os.Getenv(envRDMAMonitorKernel) != "1" {
 		t.Skip(envRDMAMonitorKernel + "=1 runs this in the test VM (go test ./tests -run TestRDMAMonitor)")
 	}
-	sh := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	sh("ip", "link", "add", "veth0", "type", "veth", "peer", "name", "veth1")
-	defer exec.Command("ip", "link", "del", "veth0").Run()
-	sh("ip", "link", "set", "veth0", "up")
-	sh("ip", "link", "set", "veth1", "up")
+	sh := shell(t)
+	vethPair(t, sh)
 
 	hints := make(chan Hint, 256)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -162,4 +154,22 @@ func TestRDMAMonitorKernelNoRDMA(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("WatchRDMAMonitor did not end without ib_core")
 	}
+}
+
+// shell returns a runner of commands that fails t on an error.
+func shell(t *testing.T) func(args ...string) {
+	return func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// vethPair makes veth0/veth1, up, removed when t ends.
+func vethPair(t *testing.T, sh func(args ...string)) {
+	sh("ip", "link", "add", "veth0", "type", "veth", "peer", "name", "veth1")
+	t.Cleanup(func() { exec.Command("ip", "link", "del", "veth0").Run() })
+	sh("ip", "link", "set", "veth0", "up")
+	sh("ip", "link", "set", "veth1", "up")
 }

@@ -60,16 +60,8 @@ func TestRDMAMonitorRecord(t *testing.T) {
 	}
 	kernel := unix.ByteSliceToString(u.Release[:])
 	origin := fmt.Sprintf("# NETLINK_RDMA (protocol 20), kernel %s; recorded by udev TestRDMAMonitorRecord in the test VM (tests/rdmamon_test.go)\n", kernel)
-	sh := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	sh("ip", "link", "add", "veth0", "type", "veth", "peer", "name", "veth1")
-	defer exec.Command("ip", "link", "del", "veth0").Run()
-	sh("ip", "link", "set", "veth0", "up")
-	sh("ip", "link", "set", "veth1", "up")
+	sh := shell(t)
+	vethPair(t, sh)
 
 	// SYS_GET doit with ACK, on a socket of its own.
 	{
