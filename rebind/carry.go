@@ -92,6 +92,48 @@ func edited(t Tree, b *Observed) ([]configfs.Port, []configfs.Portal, bool) {
 	return ports, portals, true
 }
 
+// fromBaseline makes o — its kernel tables, journal and saved configs
+// read, and tok when tokOK — the baseline b's observation where only
+// what the baseline can answer changed: carried whole (the same tables;
+// configfs unmoved, or moved only where the tree names: edited), or with
+// the endpoints the tables' delta touches judged again (rejudge). o's
+// tables are indexed in into unless it is carried whole. false: o reads
+// configfs whole.
+func (o *Observed) fromBaseline(b *Baseline, tokOK bool, tree Tree, into *rdma.Index, declared map[string]bool) bool {
+	carry := tokOK && b != nil && b.obs.stable && sameInputs(o, &b.obs)
+	var ports []configfs.Port
+	var portals []configfs.Portal
+	switch {
+	case carry && b.obs.tok == o.tok:
+		ports, portals = b.obs.Ports, b.obs.Portals
+	case carry:
+		ports, portals, carry = edited(tree, &b.obs)
+	}
+	if carry && sameTables(o, &b.obs) {
+		// Nothing that decides a verdict changed since the baseline was
+		// read, nor an object but those edited: judging them again would
+		// give the same.
+		o.carry(&b.obs)
+		o.Ports, o.Portals = ports, portals
+		o.settle(tree.(Generational))
+		return true
+	}
+	into.Reindex(o.Devices, o.Addrs, o.Listeners)
+	o.index = into
+	if carry && o.rejudge(&b.obs, ports, portals, tree, declared) {
+		o.settle(tree.(Generational))
+		return true
+	}
+	return false
+}
+
+// settle marks o stable when the tree's generation has not moved since
+// o's token was taken: nothing changed while o read it.
+func (o *Observed) settle(g Generational) {
+	after, ok := g.Generation()
+	o.stable = ok && after == o.tok
+}
+
 // carry takes b's configfs objects and verdicts (an observation of the
 // same kernel tables, journal, saved configs and configfs): shared,
 // never written.

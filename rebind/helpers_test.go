@@ -52,4 +52,3 @@ func stateDir(tb testing.TB) string {
 type fakeKernel = rdmatest.System
 
 var newFakeKernel = rdmatest.NewSystem
-

@@ -371,36 +371,7 @@ func (e *Engine) observe(cfg Config, base *Baseline, prev []rdma.Device, into *r
 	if generational {
 		obs.tok, tokOK = g.Generation()
 	}
-	b := base
-	carry := tokOK && b != nil && b.obs.stable && sameInputs(&obs, &b.obs)
-	var ports []configfs.Port
-	var portals []configfs.Portal
-	switch {
-	case carry && b.obs.tok == obs.tok:
-		ports, portals = b.obs.Ports, b.obs.Portals
-	case carry:
-		// configfs changed since the baseline: carry only if the tree
-		// names what (a heal's own writes), read again.
-		ports, portals, carry = edited(e.opt.Tree, &b.obs)
-	}
-	if carry && sameTables(&obs, &b.obs) {
-		// Nothing that decides a verdict changed since the baseline was
-		// read, nor an object but those edited: its verdicts and objects
-		// are this observation's (judging them again would give the same).
-		obs.carry(&b.obs)
-		obs.Ports, obs.Portals = ports, portals
-		after, ok := g.Generation()
-		obs.stable = ok && after == obs.tok
-		return obs, nil
-	}
-	into.Reindex(obs.Devices, obs.Addrs, obs.Listeners)
-	obs.index = into
-	if carry && obs.rejudge(&b.obs, ports, portals, e.opt.Tree, declared) {
-		// Only the kernel's tables changed, and the objects edited: the
-		// baseline's objects, and its verdicts where their inputs did not
-		// change.
-		after, ok := g.Generation()
-		obs.stable = ok && after == obs.tok
+	if obs.fromBaseline(base, tokOK, e.opt.Tree, into, declared) {
 		return obs, nil
 	}
 	ports, err := e.opt.Tree.Ports()
@@ -456,9 +427,7 @@ func (e *Engine) observe(cfg Config, base *Baseline, prev []rdma.Device, into *r
 	}
 	obs.judged = true
 	if tokOK {
-		// Stable when nothing changed while configfs was read.
-		after, ok := g.Generation()
-		obs.stable = ok && after == obs.tok
+		obs.settle(g) // stable when nothing changed while configfs was read
 	}
 	return obs, nil
 }
