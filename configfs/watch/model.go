@@ -90,12 +90,13 @@ type Model struct {
 	// linksGen (a resync without RDMA netlink reads every port's links).
 	memoLinks map[string][]configfs.Link
 	linksGen  uint64
-	// changes is the log of what invalidations may have changed since
-	// changesFloor (Changes).
-	changes      []logged
-	changesFloor uint64
-	pending      string    // why the next read must rescan ("": no need)
-	lastIdent    time.Time // when the top directories' identity was last checked
+	// The stamps of the last invalidations (Changes): of anything, of each
+	// port's links, of each portal.
+	wholeAt   uint64
+	linksAt   map[string]uint64
+	portalAt  map[string]uint64
+	pending   string    // why the next read must rescan ("": no need)
+	lastIdent time.Time // when the top directories' identity was last checked
 
 	fallback   bool
 	lastRescan time.Time
