@@ -305,13 +305,13 @@ func (f *FS) Portals() ([]Portal, error) {
 		}
 		portals = append(portals, p)
 	}
-	slices.SortStableFunc(portals, comparePortalIDs)
+	slices.SortStableFunc(portals, ComparePortals)
 	return portals, errors.Join(errs...)
 }
 
-// comparePortalIDs orders portals as strings.Compare of their IDs
+// ComparePortals orders portals as strings.Compare of their IDs
 // (<iqn>/<tpg>/<np>) would, without building the IDs.
-func comparePortalIDs(a, b Portal) int {
+func ComparePortals(a, b Portal) int {
 	as := [3]string{a.IQN, a.TPG, a.NP}
 	bs := [3]string{b.IQN, b.TPG, b.NP}
 	// Walk both IDs byte by byte: part i, then "/", then part i+1.

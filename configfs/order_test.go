@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// comparePortalIDs must order exactly as comparing the IDs does
+// ComparePortals must order exactly as comparing the IDs does
 // (characters below '/' in an IQN decide differently field by field).
 func TestComparePortalIDs(t *testing.T) {
 	parts := []string{"", "a", "a-b", "a.b", "a/b", "ab", "a0", "tpgt_1", "tpgt_10", "1.2.3.4:3260", "[::1]:3260"}
@@ -19,8 +19,8 @@ func TestComparePortalIDs(t *testing.T) {
 	}
 	for _, a := range ps {
 		for _, b := range ps {
-			if got, want := comparePortalIDs(a, b), strings.Compare(a.ID(), b.ID()); got != want {
-				t.Fatalf("comparePortalIDs(%q, %q) = %d, strings.Compare = %d", a.ID(), b.ID(), got, want)
+			if got, want := ComparePortals(a, b), strings.Compare(a.ID(), b.ID()); got != want {
+				t.Fatalf("ComparePortals(%q, %q) = %d, strings.Compare = %d", a.ID(), b.ID(), got, want)
 			}
 		}
 	}

@@ -50,8 +50,9 @@ func edited(t Tree, b *Observed) ([]configfs.Port, []configfs.Portal, bool) {
 		return nil, nil, false
 	}
 	ports, portals := b.Ports, b.Portals
+	ownPorts, ownPortals := false, false // copies of b's, written
 	for _, id := range ids {
-		i := slices.IndexFunc(ports, func(p configfs.Port) bool { return p.ID == id })
+		i := portIndex(b.Ports, id)
 		if i < 0 {
 			return nil, nil, false // not a port b read
 		}
@@ -63,8 +64,8 @@ func edited(t Tree, b *Observed) ([]configfs.Port, []configfs.Portal, bool) {
 			return nil, nil, false
 		}
 		if !slices.Equal(links, ports[i].Links) {
-			if &ports[0] == &b.Ports[0] {
-				ports = slices.Clone(ports)
+			if !ownPorts {
+				ports, ownPorts = slices.Clone(ports), true
 			}
 			ports[i].Links = links
 		}
@@ -74,8 +75,8 @@ func edited(t Tree, b *Observed) ([]configfs.Port, []configfs.Portal, bool) {
 		if err != nil {
 			return nil, nil, false
 		}
-		i := slices.IndexFunc(portals, func(p configfs.Portal) bool { return p.IQN == iqn && p.TPG == tpg && p.NP == np })
-		if i < 0 {
+		i, found := slices.BinarySearchFunc(b.Portals, configfs.Portal{IQN: iqn, TPG: tpg, NP: np}, configfs.ComparePortals)
+		if !found {
 			return nil, nil, false // a portal b did not have
 		}
 		p, err := t.Portal(id)
@@ -83,8 +84,8 @@ func edited(t Tree, b *Observed) ([]configfs.Port, []configfs.Portal, bool) {
 			return nil, nil, false
 		}
 		if p.ISER != portals[i].ISER {
-			if &portals[0] == &b.Portals[0] {
-				portals = slices.Clone(portals)
+			if !ownPortals {
+				portals, ownPortals = slices.Clone(portals), true
 			}
 			portals[i].ISER = p.ISER
 		}
@@ -132,6 +133,17 @@ func (o *Observed) fromBaseline(b *Baseline, tokOK bool, tree Tree, into *rdma.I
 func (o *Observed) settle(g Generational) {
 	after, ok := g.Generation()
 	o.stable = ok && after == o.tok
+}
+
+// portIndex is port id's index in ports (configfs.FS.Ports' order:
+// ComparePortIDs), -1 when it is not there.
+func portIndex(ports []configfs.Port, id string) int {
+	if i, ok := slices.BinarySearchFunc(ports, id, func(p configfs.Port, id string) int { return configfs.ComparePortIDs(p.ID, id) }); ok {
+		return i
+	}
+	// Names that are not numbers do not order with numbers transitively
+	// (nvmet's are numbers; a bad name is listed with its error).
+	return slices.IndexFunc(ports, func(p configfs.Port) bool { return p.ID == id })
 }
 
 // carry takes b's configfs objects and verdicts (an observation of the
