@@ -35,6 +35,18 @@
 // tell anyone about an admin's change: the daemon reconciles on kernel
 // events and its resync, as it did before the model.)
 //
+// # What changed since a token
+//
+// Generation is a token that moves at every invalidation. Changes(tok)
+// names what may answer differently since tok: the ports whose Links and
+// the portals whose Portal may differ. Every invalidation is stamped
+// with the token before it — per port's links (a path under
+// nvmet/ports/<id>/subsystems), per portal (under
+// target/iscsi/<iqn>/<tpg>/np/<np>), or as "anything" (every other path,
+// a rescan, an uncached read) — and a stamp at tok or later is named; an
+// "anything" stamp makes the answer "cannot tell". The engine reads only
+// the named objects again after a heal's own writes (rebind: edited).
+//
 // # What is watched
 //
 // The root, nvmet, target; nvmet/ports, every port and its subsystems
