@@ -28,14 +28,15 @@ type TCPKernel interface {
 // errNoTCP is the TCP listeners' error with a Kernel that cannot list them.
 var errNoTCP = errors.New("the kernel view lists no TCP sockets")
 
-// GIDReuser is a Kernel that can list devices reusing the GID tables of
-// an earlier listing for the ports it had (rdma.Live): the verification
-// at the end of a round reads the devices with the round's GID tables
-// instead of reading them again (thousands of sysfs files on rxe). A
-// change of the tables meanwhile comes with an event, which runs another
-// round.
-type GIDReuser interface {
-	DevicesReusingGIDs(prev []rdma.Device) ([]rdma.Device, error)
+// TableReader is a Kernel that reads the devices and the addresses in
+// one pass (rdma.Live.Read): how far a RoCE port's GID table is read
+// follows from the addresses, so one reading of the netdevs and addresses
+// serves both. With prev (the devices of the round's first observation:
+// the verification), the GID tables of prev's ports are reused instead of
+// read again (thousands of sysfs files on rxe); a change of the tables
+// meanwhile comes with an event, which runs another round.
+type TableReader interface {
+	Read(prev []rdma.Device) rdma.Reading
 }
 
 // Tree is the engine's view of configfs (configfs.FS): read the nvmet
@@ -314,7 +315,7 @@ func linksNeeded(p configfs.Port, a parsedAddr, indexed bool, v Verdict, journal
 // in that order: which listeners are alive decides how much of configfs
 // must be read (a live port's links are not needed). With prev (the
 // devices of the round's first observation), GID tables are reused where
-// the Kernel can; the index is built in into (its storage reused). With
+// the Kernel can (TableReader); the index is built in into (its storage reused). With
 // base (the loop's own baseline; observers on other goroutines pass nil),
 // an observation that reads the same as base carries its objects and
 // verdicts. Errors that make the observation unusable (configfs
@@ -328,12 +329,13 @@ func (e *Engine) observe(cfg Config, base *Baseline, prev []rdma.Device, into *r
 	if at := e.eventAt.Load(); at != 0 {
 		obs.EventAt = time.Unix(0, at)
 	}
-	if r, ok := e.opt.Kernel.(GIDReuser); ok && prev != nil {
-		obs.Devices, obs.DevicesErr = r.DevicesReusingGIDs(prev)
+	if r, ok := e.opt.Kernel.(TableReader); ok {
+		t := r.Read(prev)
+		obs.Devices, obs.DevicesErr, obs.Addrs, obs.AddrsErr = t.Devices, t.DevicesErr, t.Addrs, t.AddrsErr
 	} else {
 		obs.Devices, obs.DevicesErr = e.opt.Kernel.Devices()
+		obs.Addrs, obs.AddrsErr = e.opt.Kernel.Addrs()
 	}
-	obs.Addrs, obs.AddrsErr = e.opt.Kernel.Addrs()
 	if obs.DevicesErr != nil {
 		obs.ListenersErr = obs.DevicesErr
 	} else {

@@ -43,20 +43,31 @@ func TestWriteTimeIsCounted(t *testing.T) {
 	}
 }
 
-// reuser counts how the engine lists devices.
+// reuser counts how the engine reads the devices and the addresses: a
+// TableReader, as rdma.Live is.
 type reuser struct {
 	*fakeKernel
-	full, reused int
+	full, reused, devices, addrs int
 }
 
 func (r *reuser) Devices() ([]rdma.Device, error) {
-	r.full++
+	r.devices++
 	return r.fakeKernel.Devices()
 }
 
-func (r *reuser) DevicesReusingGIDs(prev []rdma.Device) ([]rdma.Device, error) {
-	r.reused++
+func (r *reuser) Addrs() ([]rdma.Addr, error) {
+	r.addrs++
+	return r.fakeKernel.Addrs()
+}
+
+func (r *reuser) Read(prev []rdma.Device) rdma.Reading {
+	addrs, aerr := r.fakeKernel.Addrs()
 	devs, err := r.fakeKernel.Devices()
+	if prev == nil {
+		r.full++
+		return rdma.Reading{Devices: devs, DevicesErr: err, Addrs: addrs, AddrsErr: aerr}
+	}
+	r.reused++
 	for i := range devs {
 		for j := range devs[i].Ports {
 			devs[i].Ports[j].GIDs = nil // proves nothing was read; the engine must not need them
@@ -75,12 +86,15 @@ func (r *reuser) DevicesReusingGIDs(prev []rdma.Device) ([]rdma.Device, error) {
 			}
 		}
 	}
-	return devs, err
+	return rdma.Reading{Devices: devs, DevicesErr: err, Addrs: addrs, AddrsErr: aerr}
 }
 
 // TestVerificationReusesGIDTables: the observation that verifies a round's
 // heals lists the devices reusing that round's GID tables (rdma.Live: no
-// second read of thousands of sysfs files); the first one reads them.
+// second read of thousands of sysfs files); the first one reads them. Each
+// observation reads the devices and the addresses in one pass (Read: the
+// netdevs and addresses rdma.Live reads to size the GID reads are the
+// observation's), never apart.
 func TestVerificationReusesGIDTables(t *testing.T) {
 	k := newFakeKernel(t)
 	k.AddAddr("veth0", "192.0.2.1")
@@ -102,7 +116,10 @@ func TestVerificationReusesGIDTables(t *testing.T) {
 		t.Fatal("not healed")
 	}
 	if r.full != 1 || r.reused != 1 {
-		t.Errorf("device listings: %d full, %d reusing GIDs; want 1 and 1", r.full, r.reused)
+		t.Errorf("readings: %d full, %d reusing GIDs; want 1 and 1", r.full, r.reused)
+	}
+	if r.devices != 0 || r.addrs != 0 {
+		t.Errorf("devices listed %d times and addresses %d times apart from the readings; want 0: one pass reads both", r.devices, r.addrs)
 	}
 	if items[0].State != rebind.StateListening {
 		t.Errorf("after the heal: %v (%s), want listening (judged with the reused GID table)", items[0].State, items[0].Reason)

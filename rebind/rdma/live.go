@@ -45,18 +45,52 @@ func (l *Live) drop(err error) {
 
 // Devices returns the RDMA devices with their ports' GID tables. A port
 // whose table cannot be read has GIDsKnown false.
-func (l *Live) Devices() ([]Device, error) { return l.DevicesReusingGIDs(nil) }
+func (l *Live) Devices() ([]Device, error) {
+	return l.devices(nil, func(devs []Device) GIDNeeds {
+		links, addrs, err := NetdevsAndAddrs()
+		if err != nil {
+			return GIDNeeds{} // every table read whole
+		}
+		return RoCENeeds(devs, links, addrs)
+	})
+}
 
-// DevicesReusingGIDs is Devices, with the GID tables of prev (an earlier
-// listing) for the ports of the same device index, name and port that it
-// read then; other ports' tables are read (all of them when prev is nil).
+// Reading is the devices and the addresses of one pass (Live.Read).
+type Reading struct {
+	Devices    []Device
+	DevicesErr error
+	Addrs      []Addr
+	AddrsErr   error
+}
+
+// Read lists the addresses, then the devices with their ports' GID tables,
+// from one rtnetlink reading: the addresses read are those that tell how
+// far each RoCE port's table is read (RoCENeeds), so the netdevs and
+// addresses are read once per pass, not once for the tables and again for
+// the caller. With prev (an earlier listing), the GID tables of prev are
+// kept for the ports of the same device index, name and port; other
+// ports' tables are read (all of them when prev is nil).
 //
 // A RoCE port's table is read only as far as the entries that can matter
-// (RoCENeeds over the links and addresses read just before it,
-// ReadSysfsGIDsNeeded): an rxe port has 1,024 entry files, a few in use
+// (ReadSysfsGIDsNeeded): an rxe port has 1,024 entry files, a few in use
 // at the start. A port whose keys cannot be told (not RoCE, no netdev,
-// the links unreadable) is read whole.
-func (l *Live) DevicesReusingGIDs(prev []Device) ([]Device, error) {
+// the addresses unreadable) is read whole.
+func (l *Live) Read(prev []Device) Reading {
+	links, addrs, err := NetdevsAndAddrs()
+	r := Reading{Addrs: addrs, AddrsErr: err}
+	r.Devices, r.DevicesErr = l.devices(prev, func(devs []Device) GIDNeeds {
+		if err != nil {
+			return GIDNeeds{}
+		}
+		return RoCENeeds(devs, links, addrs)
+	})
+	return r
+}
+
+// devices lists the devices, with prev's GID tables where they apply and
+// the others read as far as needs (called once, when a table is read)
+// says.
+func (l *Live) devices(prev []Device, needs func([]Device) GIDNeeds) ([]Device, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r, err := l.conn()
@@ -81,7 +115,7 @@ func (l *Live) DevicesReusingGIDs(prev []Device) ([]Device, error) {
 			}
 		}
 	}
-	var needs *GIDNeeds // read once, when a table is
+	var need *GIDNeeds // asked once, when a table is read
 	for i := range devs {
 		for j := range devs[i].Ports {
 			p := &devs[i].Ports[j]
@@ -89,13 +123,11 @@ func (l *Live) DevicesReusingGIDs(prev []Device) ([]Device, error) {
 				p.GIDs, p.GIDsKnown = g, true
 				continue
 			}
-			if needs == nil {
-				needs = new(GIDNeeds)
-				if links, addrs, err := NetdevsAndAddrs(); err == nil {
-					*needs = RoCENeeds(devs, links, addrs)
-				}
+			if need == nil {
+				n := needs(devs)
+				need = &n
 			}
-			l.fillPort(devs[i], p, *needs)
+			l.fillPort(devs[i], p, *need)
 		}
 	}
 	return devs, nil
