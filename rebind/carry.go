@@ -182,24 +182,33 @@ func sameTables(o, b *Observed) bool {
 // thousands of listeners judges that device's endpoints only. A port
 // whose verdict now needs its links (linksNeeded) reads them from tree;
 // one that no longer does forgets them, as a fresh observation would.
+// The verdicts judged again are patched over b's list (endpointIndex:
+// nothing of b is copied for them), until they are many.
 // false (o unchanged) when links cannot be read: the caller reads
 // everything.
 func (o *Observed) rejudge(b *Observed, ports []configfs.Port, portals []configfs.Portal, tree Tree, declared map[string]bool) bool {
 	d := o.index.Since(b.Devices, b.Addrs, b.Listeners)
 	tcp := changedSockets(b.TCP, o.TCP)
-	list := slices.Clone(b.eps.list)
+	patch := maps.Clone(b.eps.patch)
+	if patch == nil {
+		patch = map[int32]Verdict{}
+	}
 	unread := b.LinksUnread
 	owned := false // ports and unread are copies of b's
-	for i := range list {
-		e := &list[i]
-		entry := e.v.State == StateListening || e.v.State == StateStranded
-		if !d.Touches(e.ep.Owner(), e.ep.Addr) && !(entry && d.DeviceChanged(e.v.EntryDev)) && !tcp[e.ep.Addr] {
+	for i := range b.eps.list {
+		e := &b.eps.list[i] // its endpoint and objects; its verdict is b's verdictAt
+		was := b.eps.verdictAt(int32(i))
+		entry := was.State == StateListening || was.State == StateStranded
+		if !d.Touches(e.ep.Owner(), e.ep.Addr) && !(entry && d.DeviceChanged(was.EntryDev)) && !tcp[e.ep.Addr] {
 			continue
 		}
 		v := o.judge(e.ep)
-		was := e.v.State == StateListening
-		e.v = v
-		if was == (v.State == StateListening) || e.ep.Kind == KindLIO {
+		if v == e.v {
+			delete(patch, int32(i))
+		} else {
+			patch[int32(i)] = v
+		}
+		if (was.State == StateListening) == (v.State == StateListening) || e.ep.Kind == KindLIO {
 			continue
 		}
 		for pi := e.first; pi >= 0; pi = b.eps.nextPort[pi] {
@@ -225,9 +234,22 @@ func (o *Observed) rejudge(b *Observed, ports []configfs.Port, portals []configf
 		}
 	}
 	o.carry(b)
-	o.eps.list, o.Ports, o.Portals, o.LinksUnread = list, ports, portals, unread
+	o.eps.patch = patch
+	if len(patch) > maxPatch(len(b.eps.list)) {
+		// Patched too much to be worth sharing: a list of its own.
+		o.eps.list, o.eps.patch = slices.Clone(b.eps.list), nil
+		for i, v := range patch {
+			o.eps.list[i].v = v
+		}
+	}
+	o.Ports, o.Portals, o.LinksUnread = ports, portals, unread
 	return true
 }
+
+// maxPatch is how many verdicts an observation patches over its
+// baseline's list before it takes a list of its own (a variable for the
+// tests of both).
+var maxPatch = func(n int) int { return n/16 + 64 }
 
 // changedSockets is the set of address:ports in one of two sorted lists
 // of TCP sockets and not the other.

@@ -30,8 +30,16 @@ func TestCarriedObservationIsAFreshOne(t *testing.T) {
 	if testing.Short() {
 		seeds = 12
 	}
-	carried, rejudged, edits := 0, 0, 0
+	carried, rejudged, edits, patched, own := 0, 0, 0, 0, 0
+	defer func(f func(int) int) { maxPatch = f }(maxPatch)
 	for seed := range seeds {
+		// Every other seed, a verdict judged again makes a list of its
+		// own instead of a patch over the baseline's.
+		if seed%4 >= 2 {
+			maxPatch = func(int) int { return 0 }
+		} else {
+			maxPatch = func(n int) int { return n/16 + 64 }
+		}
 		r := rand.New(rand.NewPCG(uint64(seed), 21))
 		k := rdmatest.NewSystem(t)
 		k.AddAddr("veth0", "192.0.2.1")
@@ -133,6 +141,11 @@ func TestCarriedObservationIsAFreshOne(t *testing.T) {
 					carried++
 				} else {
 					rejudged++
+					if len(got.eps.patch) > 0 {
+						patched++
+					} else if &got.eps.list[0] != &e.base.obs.eps.list[0] {
+						own++
+					}
 				}
 			}
 			where := fmt.Sprintf("seed %d round %d (carried %v): %s", seed, round, got.shared, k)
@@ -151,10 +164,10 @@ func TestCarriedObservationIsAFreshOne(t *testing.T) {
 		}
 		m.Close()
 	}
-	if carried == 0 || rejudged == 0 || edits == 0 {
-		t.Fatalf("%d observations carried, %d judged again in part, %d across configfs edits: the test does not test all three", carried, rejudged, edits)
+	if carried == 0 || rejudged == 0 || edits == 0 || patched == 0 || own == 0 {
+		t.Fatalf("%d observations carried, %d judged again in part (%d patched, %d with a list of their own), %d across configfs edits: the test does not test them all", carried, rejudged, patched, own, edits)
 	}
-	t.Logf("%d observations carried, %d judged again in part, %d of them across configfs edits", carried, rejudged, edits)
+	t.Logf("%d observations carried, %d judged again in part (%d patched, %d with a list of their own), %d across configfs edits", carried, rejudged, patched, own, edits)
 }
 
 // memStore is an in-memory journal (Store) for the package's own tests.

@@ -115,7 +115,7 @@ func decide(obs *Observed, mem Memory, cfg Config, sel Selection) Planned {
 	var entries []*endpointEntry
 	if sel.all || sel.prev == nil {
 		for i := range obs.eps.list {
-			entries = append(entries, &obs.eps.list[i])
+			entries = append(entries, obs.eps.get(int32(i)))
 		}
 	} else {
 		for k := range sel.decides() {

@@ -125,19 +125,8 @@ func Select(obs *Observed, mem Memory, base *Baseline) Selection {
 			markPortal(b.Portals[j])
 		}
 	})
-	for i := range obs.eps.list {
-		// The same objects in the same order index the same endpoints in
-		// the same order: compare side by side, else by key.
-		e := &obs.eps.list[i]
-		w, ok := (*endpointEntry)(nil), false
-		if i < len(b.eps.list) && b.eps.list[i].ep == e.ep {
-			w, ok = &b.eps.list[i], true
-		} else {
-			w, ok = b.lookup(e.ep.key())
-		}
-		if !ok || e.v != w.v {
-			dirty[e.ep.key()], changed = true, true
-		}
+	for _, i := range changedVerdicts(&obs.eps, &b.eps) {
+		dirty[obs.eps.list[i].ep.key()], changed = true, true
 	}
 	if len(obs.Journal)+len(mem.Forced) > 0 {
 		named := func(k Key) bool {
@@ -156,6 +145,39 @@ func Select(obs *Observed, mem Memory, base *Baseline) Selection {
 		}
 	}
 	return Selection{prev: base.pl, dirty: dirty, same: !changed && len(b.eps.list) == len(obs.eps.list)}
+}
+
+// changedVerdicts lists the entries of x whose endpoint is not in y or
+// whose verdict there differs. When x shares y's list (carried, some
+// verdicts judged again: patch), only the patched entries can differ.
+func changedVerdicts(x, y *endpointIndex) []int32 {
+	var out []int32
+	if len(x.list) > 0 && len(x.list) == len(y.list) && &x.list[0] == &y.list[0] {
+		for i := range x.patch {
+			if x.verdictAt(i) != y.verdictAt(i) {
+				out = append(out, i)
+			}
+		}
+		for i := range y.patch {
+			if _, both := x.patch[i]; !both && x.verdictAt(i) != y.verdictAt(i) {
+				out = append(out, i)
+			}
+		}
+		return out
+	}
+	for i := range x.list {
+		// The same objects in the same order index the same endpoints in
+		// the same order: compare side by side, else by key.
+		ep := x.list[i].ep
+		j, ok := int32(i), i < len(y.list) && y.list[i].ep == ep
+		if !ok {
+			j, ok = y.at[ep.key()]
+		}
+		if !ok || x.verdictAt(int32(i)) != y.verdictAt(j) {
+			out = append(out, int32(i))
+		}
+	}
+	return out
 }
 
 // pair calls f with the index in a and in b of each object of either, by

@@ -550,3 +550,58 @@ func TestSelect(t *testing.T) {
 		t.Error("no baseline must select all")
 	}
 }
+
+// TestChangedVerdicts: the entries whose verdict differs between two
+// observations, when the second shares the first's list with patches
+// (carried, judged again in part) on either side, and when the lists are
+// apart (read afresh: side by side, or by key when the order differs).
+func TestChangedVerdicts(t *testing.T) {
+	ep := func(i int) Endpoint {
+		return Endpoint{KindNvmet, netip.AddrPortFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}), 4420)}
+	}
+	live, dead := Verdict{State: StateListening, EntryDev: 1}, Verdict{State: StateDead}
+	moved := Verdict{State: StateListening, EntryDev: 2}
+	index := func(vs ...Verdict) endpointIndex {
+		x := endpointIndex{at: map[epKey]int32{}}
+		for i, v := range vs {
+			x.at[ep(i).key()] = int32(i)
+			x.list = append(x.list, endpointEntry{ep: ep(i), v: v, first: -1, last: -1})
+		}
+		return x
+	}
+	shared := index(live, live, live, live)
+	with := func(patch map[int32]Verdict) endpointIndex {
+		x := shared
+		x.patch = patch
+		return x
+	}
+	reversed := index(live, live, dead, live)
+	reversed.list = []endpointEntry{reversed.list[3], reversed.list[2], reversed.list[1], reversed.list[0]}
+	for i, e := range reversed.list {
+		reversed.at[e.ep.key()] = int32(i)
+	}
+	tests := []struct {
+		name string
+		x, y endpointIndex
+		want []int32
+	}{
+		{"the same list, no patch", with(nil), with(nil), nil},
+		{"patched now", with(map[int32]Verdict{1: dead}), with(nil), []int32{1}},
+		{"patched in the baseline, back to the list's verdict now", with(nil), with(map[int32]Verdict{2: dead}), []int32{2}},
+		{"patched alike on both sides", with(map[int32]Verdict{3: dead}), with(map[int32]Verdict{3: dead}), nil},
+		{"patched on both sides, differently", with(map[int32]Verdict{0: moved}), with(map[int32]Verdict{0: dead}), []int32{0}},
+		{"patched to the list's own verdict on one side", with(map[int32]Verdict{1: live}), with(nil), nil},
+		{"lists apart, same order", index(live, dead, live, live), index(live, live, live, live), []int32{1}},
+		{"lists apart, another order", reversed, index(live, live, live, live), []int32{1}},
+		{"an endpoint the baseline did not have", index(live, live, live, live, dead), index(live, live, live, live), []int32{4}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := changedVerdicts(&tt.x, &tt.y)
+			slices.Sort(got)
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("changed %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
