@@ -246,9 +246,11 @@ func (o *Observed) rejudge(b *Observed, ports []configfs.Port, portals []configf
 	return true
 }
 
-// maxPatch is how many verdicts an observation patches over its
-// baseline's list before it takes a list of its own (a variable for the
-// tests of both).
+// maxPatch is how many entries an overlay holds over the n of the base
+// it shares before it takes one of its own: the verdicts an observation
+// patches over its baseline's list (rejudge), the decisions a plan makes
+// over its baseline's (decisions). A variable for the tests of both
+// regimes.
 var maxPatch = func(n int) int { return n/16 + 64 }
 
 // changedSockets is the set of address:ports in one of two sorted lists

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,12 +62,12 @@ type Engine struct {
 	mem       Memory
 	bootUntil time.Time
 	base      *Baseline // the last round's observation and plan: select's baseline
-	// learnt are the decisions memory was last learnt from (Learn), nil
-	// once anything else has written memory since (a reload, a forced
-	// retry, a heal's outcome). Learn is idempotent (a property test of
+	// learnt are the decisions memory was last learnt from (Learn), none
+	// (the zero value) once anything else has written memory since (a
+	// reload, a forced retry, a heal's outcome). Learn is idempotent (a property test of
 	// the package): a round whose plan carries exactly those decisions —
 	// a steady round, which decides nothing — has nothing to learn.
-	learnt  map[epKey]*decision
+	learnt  decisions
 	results map[Key]Outcome
 	stats   Stats
 	views   [2]rdma.Index // the kernel tables' index of a round's two observations, storage reused
@@ -143,7 +142,7 @@ func (e *Engine) Retry(k Key) {
 func (e *Engine) takeRequests() {
 	if c := e.wantCfg.Load(); c != e.cfgIn {
 		e.cfgIn, e.cfg = c, *c
-		e.mem, e.learnt = e.mem.restarted(), nil
+		e.mem, e.learnt = e.mem.restarted(), decisions{}
 		e.base = nil
 	}
 	e.inbox.Lock()
@@ -157,7 +156,7 @@ func (e *Engine) takeRequests() {
 				ep = it.Endpoint
 			}
 		}
-		e.mem, e.learnt = e.mem.forced(k, ep), nil
+		e.mem, e.learnt = e.mem.forced(k, ep), decisions{}
 	}
 }
 
@@ -224,7 +223,7 @@ func (e *Engine) act(ctx context.Context, obs *Observed, pl *Planned, sel *Selec
 	if len(done) > 0 {
 		obs2, err := e.observe(e.cfg, e.base, obs.Devices, &e.views[1])
 		outcomes = verify(done, &obs2, err, time.Now())
-		e.mem, e.learnt = learnOutcomes(e.mem, outcomes, obs2.Now), nil
+		e.mem, e.learnt = learnOutcomes(e.mem, outcomes, obs2.Now), decisions{}
 		for _, p := range done {
 			ran[p.heal.Endpoint] = true
 		}
@@ -243,7 +242,7 @@ func (e *Engine) act(ctx context.Context, obs *Observed, pl *Planned, sel *Selec
 // changed, and the baseline of the next round's selection.
 func (e *Engine) learn(obs *Observed, pl *Planned, sel Selection) {
 	var pinsChanged bool
-	if !pl.carried || !sameDecisions(pl.decided, e.learnt) {
+	if !pl.carried || !pl.decided.same(e.learnt) {
 		e.mem, pinsChanged = Learn(e.mem, pl.endpoints(), pl.Items, obs.Now)
 		e.learnt = pl.decided
 	}
@@ -256,12 +255,6 @@ func (e *Engine) learn(obs *Observed, pl *Planned, sel Selection) {
 	if sel.Size() == 0 && len(pl.Heals) == 0 {
 		e.stats.Unchanged++
 	}
-}
-
-// sameDecisions tells whether a and b are one map: a carried plan shares
-// its baseline's decisions, and a decision is never changed once made.
-func sameDecisions(a, b map[epKey]*decision) bool {
-	return a != nil && b != nil && reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 // report logs the round's outcomes.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"iter"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -42,7 +43,7 @@ type Planned struct {
 	Heals []Heal // what apply executes, in order
 	// decided is every managed endpoint's decision: the baseline the next
 	// round's selection carries for the endpoints it does not decide.
-	decided map[epKey]*decision
+	decided decisions
 	carried bool // every decision is the baseline's
 	fresh   bool // every decision is this plan's own (it selected all)
 	// timed are the endpoints whose decision depends on the clock or on
@@ -54,7 +55,7 @@ type Planned struct {
 // remembers: its decision's (in no order).
 func (p *Planned) endpoints() iter.Seq[EndpointState] {
 	return func(yield func(EndpointState) bool) {
-		for _, d := range p.decided {
+		for _, d := range p.decided.all() {
 			if !yield(d.es) {
 				return
 			}
@@ -170,16 +171,16 @@ func decide(obs *Observed, mem Memory, cfg Config, sel Selection) Planned {
 	var p Planned
 	switch {
 	case sel.all || sel.prev == nil:
-		p.decided, p.fresh = make(map[epKey]*decision, len(groups)), true
+		p.decided, p.fresh = decisions{own: make(map[epKey]*decision, len(groups))}, true
 	case len(groups) == 0 && len(sel.dirty) == 0 && len(sel.prev.timed) == 0:
 		p.decided, p.carried = sel.prev.decided, true // nothing to decide: every decision is carried (never written after it is made)
 	default:
-		p.decided = maps.Clone(sel.prev.decided)
+		p.decided = sel.prev.decided.over()
 		for ep := range sel.dirty {
-			delete(p.decided, ep)
+			p.decided.forget(ep)
 		}
 		for _, ep := range sel.prev.timed {
-			delete(p.decided, ep)
+			p.decided.forget(ep)
 		}
 	}
 	slices.SortFunc(groups, func(a, b group) int { return compareEndpoints(a.ep, b.ep) })
@@ -189,7 +190,7 @@ func decide(obs *Observed, mem Memory, cfg Config, sel Selection) Planned {
 		g, d := &groups[i], &ds[i]
 		d.items, items = items[:len(g.holders):len(g.holders)], items[len(g.holders):]
 		h := planEndpoint(d, g, obs, mem, cfg)
-		p.decided[g.ep.key()] = d
+		p.decided.own[g.ep.key()] = d
 		if d.timed {
 			// Carried decisions are never timed: every timed one of
 			// the baseline is decided again.
@@ -200,7 +201,83 @@ func decide(obs *Observed, mem Memory, cfg Config, sel Selection) Planned {
 		}
 	}
 	p.Heals = append(p.Heals, dropGone(obs)...)
+	p.decided.flatten()
 	return p
+}
+
+// decisions is every managed endpoint's decision: own, a plan's own (nil:
+// the endpoint has none now), over base, a baseline's that the plan
+// carries, shared and never written — so a plan of the few endpoints an
+// event touched does not copy the decisions of thousands. A plan of every
+// endpoint has own only. Never written once its plan is made.
+type decisions struct {
+	base, own map[epKey]*decision
+}
+
+// over returns decisions to be written that start as ds: ds's base
+// shared, its own copied (a few; flatten bounds them).
+func (ds decisions) over() decisions {
+	if ds.base == nil {
+		return decisions{base: ds.own, own: map[epKey]*decision{}}
+	}
+	return decisions{base: ds.base, own: maps.Clone(ds.own)}
+}
+
+// forget drops k's decision.
+func (ds decisions) forget(k epKey) {
+	if _, ok := ds.base[k]; ok {
+		ds.own[k] = nil
+	} else {
+		delete(ds.own, k)
+	}
+}
+
+// get is k's decision, nil when there is none.
+func (ds decisions) get(k epKey) *decision {
+	if d, ok := ds.own[k]; ok {
+		return d
+	}
+	return ds.base[k]
+}
+
+// all yields every decision, in no order.
+func (ds decisions) all() iter.Seq2[epKey, *decision] {
+	return func(yield func(epKey, *decision) bool) {
+		for k, d := range ds.own {
+			if d != nil && !yield(k, d) {
+				return
+			}
+		}
+		for k, d := range ds.base {
+			if _, mine := ds.own[k]; !mine && !yield(k, d) {
+				return
+			}
+		}
+	}
+}
+
+// flatten makes ds one map when its own has grown past maxPatch of its
+// base (a plan of many endpoints): its own then shares nothing.
+func (ds *decisions) flatten() {
+	if ds.base == nil || len(ds.own) <= maxPatch(len(ds.base)) {
+		return
+	}
+	flat := make(map[epKey]*decision, len(ds.base)+len(ds.own))
+	for k, d := range ds.all() {
+		flat[k] = d
+	}
+	*ds = decisions{own: flat}
+}
+
+// same tells whether ds and o are the same decisions: a carried plan
+// shares its baseline's, and a decision is never changed once made.
+func (ds decisions) same(o decisions) bool {
+	return ds.own != nil && o.own != nil && sameMap(ds.own, o.own) && sameMap(ds.base, o.base)
+}
+
+// sameMap tells whether a and b are one map (or both nil).
+func sameMap(a, b map[epKey]*decision) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 // unsettled is what d declares for k that was never seen in place (nil:

@@ -33,7 +33,16 @@ func TestSelectionPlansWhatAFullPlanPlans(t *testing.T) {
 	if testing.Short() {
 		seeds = 150
 	}
+	defer func(f func(int) int) { maxPatch = f }(maxPatch)
+	overlays, flat := 0, 0
 	for seed := range seeds {
+		// Every other seed, a plan of some endpoints makes decisions of its
+		// own instead of an overlay over its baseline's.
+		if seed%2 == 1 {
+			maxPatch = func(int) int { return 0 }
+		} else {
+			maxPatch = func(n int) int { return n/16 + 64 }
+		}
 		r := rand.New(rand.NewPCG(uint64(seed), 7))
 		g := newGenWorld(r)
 		cfg := g.config()
@@ -44,6 +53,13 @@ func TestSelectionPlansWhatAFullPlanPlans(t *testing.T) {
 			sel := Select(&obs, mem, base)
 			got := plan(obs, mem, cfg, sel)
 			want := plan(obs, mem, cfg, All())
+			if !got.carried && !got.fresh {
+				if got.decided.base != nil {
+					overlays++
+				} else {
+					flat++
+				}
+			}
 			if diff := diffPlans(want, got); diff != "" {
 				t.Fatalf("seed %d round %d: the selection's plan (%d endpoints) differs from the full plan (-full +selection):\n%s\nworld: %s",
 					seed, round, sel.Size(), diff, g)
@@ -85,6 +101,9 @@ func TestSelectionPlansWhatAFullPlanPlans(t *testing.T) {
 			}
 			g.change()
 		}
+	}
+	if overlays == 0 || flat == 0 {
+		t.Fatalf("%d plans of a selection over their baseline's decisions, %d with their own: the test does not test both", overlays, flat)
 	}
 }
 
