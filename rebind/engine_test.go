@@ -39,6 +39,25 @@ type world struct {
 	state string
 	cfg   rebind.Config
 	fault func(string) bool
+	// lanesAtOnce: under fault, apply's lanes still run at once.
+	lanesAtOnce bool
+	// putDelay delays every journal batch but a round's first (the
+	// batch written while the lanes' first heals run).
+	putDelay time.Duration
+}
+
+// slowStore is the journal with every batch after the first delayed.
+type slowStore struct {
+	*state.Store
+	delay time.Duration
+	puts  int
+}
+
+func (s *slowStore) PutAll(ins []rebind.Intent) error {
+	if s.puts++; s.puts > 1 {
+		time.Sleep(s.delay)
+	}
+	return s.Store.PutAll(ins)
 }
 
 func newWorld(t *testing.T) *world {
@@ -67,7 +86,11 @@ func (w *world) engine() *rebind.Engine {
 	must(w.t, err)
 	moved, err := j.Clean()
 	must(w.t, err)
-	return rebind.New(rebind.Options{Tree: w.k.FS(), Kernel: w.k, Store: j, Config: w.cfg, Now: w.clk.now, Fault: w.fault, Declared: saved.Load, Quarantined: moved})
+	var store rebind.Store = j
+	if w.putDelay > 0 {
+		store = &slowStore{Store: j, delay: w.putDelay}
+	}
+	return rebind.New(rebind.Options{Tree: w.k.FS(), Kernel: w.k, Store: store, Config: w.cfg, Now: w.clk.now, Fault: w.fault, FaultLanesAtOnce: w.lanesAtOnce, Declared: saved.Load, Quarantined: moved})
 }
 
 func (w *world) reconcile(e *rebind.Engine) []rebind.Item {
