@@ -42,7 +42,8 @@
 //     plan are the same function on different sets.
 //   - apply (apply.go): the only writer of configfs and the journal, each
 //     step after its precondition (steps.go: Step.Pre, data that apply
-//     checks and `plan` describes).
+//     checks and `plan` describes); nvmet's heals and LIO's run in two
+//     lanes at once, each heal journaled before its first write.
 //   - verify (verify.go): pure, over the verdicts of a fresh observation.
 //   - learn (memory.go): pure updates of Memory from the outcomes and the
 //     plan; the loop is memory's one writer. Learn is idempotent, so a
