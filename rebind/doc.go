@@ -26,7 +26,8 @@
 //     edited); when the kernel's tables changed too (an event: a reset,
 //     an address, a listener), the baseline's objects, and its verdicts
 //     but for the endpoints the tables' delta touches (rdma.Index.Since),
-//     judged again (carry.go: rejudge); else index the tables
+//     judged again (carry.go: rejudge; the verdicts patched over the
+//     baseline's endpoint list, not a copy of it); else index the tables
 //     (rdma.Index), judge each endpoint once
 //     (judge.go: a Verdict — listening, dead, stranded, unknown; TCP ports
 //     from the TCP sockets), and read configfs, the links of ports only
