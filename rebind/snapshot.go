@@ -16,8 +16,9 @@ type Stats struct {
 	LastLatency    time.Duration
 	PendingRetries int
 	// ReconcileTime is the time spent in rounds (observe, plan, act,
-	// verify); WriteTime the part of it inside configfs writes (the
-	// kernel's: each write binds or unbinds a listener), over Writes.
+	// verify); WriteTime the time inside configfs writes (the kernel's:
+	// each write binds or unbinds a listener), over Writes, summed over
+	// apply's two lanes (which run at once).
 	ReconcileTime, WriteTime time.Duration
 	Writes                   uint64
 	// JournalTime is the time spent writing and removing intent journal
