@@ -26,9 +26,9 @@ var ErrCrashed = errors.New("stopped at a fault point")
 // every port before it — one port and one portal on a device that came
 // back are healed together, as a script doing both would. Journal entries
 // are written in two batches: the first heal of each lane (their first
-// writes wait for nothing else), then those of every other heal at once
-// (one directory sync, not one per endpoint), written while the first
-// heals run and before any other heal's first write; the journal entries
+// writes wait for nothing else), then, once those heals are done, those
+// of every other heal at once (one directory sync, not one per endpoint),
+// before any of them writes; the journal entries
 // of the heals done are removed in one batch at the end. A fault point
 // stops both lanes before their next step, as a crash would. It returns
 // the heals written, in plan order, for verification; an error only for
@@ -66,42 +66,69 @@ func (e *Engine) apply(ctx context.Context, heals []Heal) ([]pending, error) {
 		close(restJournaled)
 	}
 	var wg sync.WaitGroup
-	for _, lane := range lanes {
-		if serial {
-			wg.Wait()
-		}
-		wg.Go(func() {
-			for n, i := range lane {
-				if n == 1 {
-					<-restJournaled
-				}
-				if ctx.Err() != nil {
-					cancelled.Store(true)
-					return
-				}
-				if stop.Load() {
-					return
-				}
-				p := pending{heal: heals[i], start: e.opt.Now(), wall: time.Now()}
-				var del []Key
-				del, p.err = e.execute(heals[i], pre[i], &stop)
-				if errors.Is(p.err, ErrCrashed) {
-					stop.Store(true)
-					crashed.Store(true)
-					return
-				}
-				results[i] = result{p: p, del: del, done: true}
+	var firsts sync.WaitGroup // each lane's first heal done (or the lane stopped)
+	run := func(lane []int) {
+		first := true
+		defer func() {
+			if first {
+				firsts.Done()
 			}
-		})
-	}
-	if !serial {
-		if len(rest) > 0 && !stop.Load() {
-			if err := e.journalBatch(heals, rest, false, pre); err != nil {
+		}()
+		for n, i := range lane {
+			if n == 1 {
+				first = false
+				firsts.Done()
+				<-restJournaled
+			}
+			if ctx.Err() != nil {
+				cancelled.Store(true)
+				return
+			}
+			if stop.Load() {
+				return
+			}
+			p := pending{heal: heals[i], start: e.opt.Now(), wall: time.Now()}
+			var del []Key
+			del, p.err = e.execute(heals[i], pre[i], &stop)
+			if errors.Is(p.err, ErrCrashed) {
 				stop.Store(true)
 				crashed.Store(true)
+				return
 			}
+			results[i] = result{p: p, del: del, done: true}
 		}
-		close(restJournaled)
+	}
+	var mine []int // the lane this goroutine runs: the last that has heals (nvmet's when both do)
+	for j := len(lanes) - 1; j >= 0; j-- {
+		if len(lanes[j]) == 0 {
+			continue
+		}
+		firsts.Add(1)
+		switch {
+		case serial:
+			run(lanes[j]) // LIO's, then nvmet's
+		case mine == nil && j == 0, mine == nil && len(lanes[0]) == 0:
+			mine = lanes[j]
+		default:
+			wg.Go(func() { run(lanes[j]) })
+		}
+	}
+	if !serial {
+		// The rest's batch once the first heals are done: nothing of it
+		// competes with their first writes (the event's first).
+		wg.Go(func() {
+			firsts.Wait()
+			if len(rest) > 0 && !stop.Load() {
+				if err := e.journalBatch(heals, rest, false, pre); err != nil {
+					stop.Store(true)
+					crashed.Store(true)
+				}
+			}
+			close(restJournaled)
+		})
+		if mine != nil {
+			run(mine)
+		}
 	}
 	wg.Wait()
 	if crashed.Load() {

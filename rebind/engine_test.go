@@ -42,7 +42,7 @@ type world struct {
 	// lanesAtOnce: under fault, apply's lanes still run at once.
 	lanesAtOnce bool
 	// putDelay delays every journal batch but a round's first (the
-	// batch written while the lanes' first heals run).
+	// batch written once the lanes' first heals are done).
 	putDelay time.Duration
 }
 
