@@ -15,8 +15,10 @@
 //
 // Engine.Reconcile is one round, in this order (each step a file):
 //
-//   - observe (observe.go, carry.go, endpoints.go: the endpoint index): read the kernel's tables (RDMA devices, GID
-//     tables, cm_ids, addresses, TCP sockets in LISTEN), the journal and
+//   - observe (observe.go, carry.go, endpoints.go: the endpoint index):
+//     read the kernel's tables (RDMA devices, GID tables, cm_ids,
+//     addresses, TCP sockets in LISTEN: rdma.Live.Read gives the devices
+//     and the addresses of one rtnetlink reading), the journal and
 //     the saved configs; when all of that reads as the baseline's did and
 //     the configfs model's Generation has not moved, the baseline's objects
 //     and verdicts are this observation's (nothing could judge otherwise);
@@ -37,8 +39,7 @@
 //     by the journal or a manual rebind, or decided by the clock; an input
 //     every endpoint reads selects all.
 //   - plan (plan.go, plan_nvmet.go, plan_lio.go, policy.go, decisions.go):
-//     pure. Each
-//     selected endpoint's state, status and heal; policy.go gates the heal
+//     pure. Each selected endpoint's state, status and heal; policy.go gates the heal
 //     (give-up, graces, pinning, backoff) and says when to look again. The
 //     others keep their last decision: Plan (everything) and a selection's
 //     plan are the same function on different sets.
