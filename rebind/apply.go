@@ -7,8 +7,6 @@ import (
 	"io/fs"
 	"maps"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -18,140 +16,50 @@ import (
 var ErrCrashed = errors.New("stopped at a fault point")
 
 // apply is the only code that writes configfs and the journal. It executes
-// the heals, each step after its precondition (Step.Pre, checked by pass)
-// and decides nothing: what to write is the plan's. The heals run in two
-// lanes at once, nvmet's (RDMA and TCP ports) and LIO's, each in plan
-// order: the kernel binds a port and a portal apart (nvmet's configfs and
-// the target core's), so a portal's heal does not wait for the writes of
-// every port before it — one port and one portal on a device that came
-// back are healed together, as a script doing both would. Journal entries
-// are written in two batches: the first heal of each lane (their first
-// writes wait for nothing else), then, once those heals are done, those
-// of every other heal at once (one directory sync, not one per endpoint),
-// before any of them writes; the journal entries
-// of the heals done are removed in one batch at the end. A fault point
-// stops both lanes before their next step, as a crash would. It returns
-// the heals written, in plan order, for verification; an error only for
-// ctx or a fault point.
+// the heals in order, each step after its precondition (Step.Pre, checked
+// by pass) and decides nothing: what to write is the plan's. Journal
+// entries are written in two batches: the first heal's alone (its first
+// write waits for nothing else), then those of every other heal at once
+// (one directory sync, not one per endpoint); the journal entries of the
+// heals done are removed in one batch at the end. It returns the heals
+// written, for verification; an error only for ctx or a fault point.
 func (e *Engine) apply(ctx context.Context, heals []Heal) ([]pending, error) {
-	lanes := healLanes(heals)
-	pre := make([]putResult, len(heals))
-	var first, rest []int // heal indexes of the two journal batches
-	for _, l := range lanes {
-		if len(l) > 0 {
-			first, rest = append(first, l[0]), append(rest, l[1:]...)
-		}
-	}
-	if err := e.journalBatch(heals, first, true, pre); err != nil {
-		return nil, err
-	}
-	type result struct {
-		p    pending
-		del  []Key
-		done bool // executed (not stopped by ctx or a crash first)
-	}
-	results := make([]result, len(heals))
-	var stop atomic.Bool // a fault point stopped the round: no further step in either lane
-	var crashed, cancelled atomic.Bool
-	restJournaled := make(chan struct{})
-	// Under a fault hook, unless asked otherwise, the second batch is
-	// written first and the lanes run one after the other: the crash tests
-	// enumerate the fault points in one order.
-	serial := e.opt.Fault != nil && !e.opt.FaultLanesAtOnce
-	if serial {
-		if err := e.journalBatch(heals, rest, false, pre); err != nil {
-			return nil, err
-		}
-		rest = nil
-		close(restJournaled)
-	}
-	var wg sync.WaitGroup
-	var firsts sync.WaitGroup // each lane's first heal done (or the lane stopped)
-	run := func(lane []int) {
-		first := true
-		defer func() {
-			if first {
-				firsts.Done()
-			}
-		}()
-		for n, i := range lane {
-			if n == 1 {
-				first = false
-				firsts.Done()
-				<-restJournaled
-			}
-			if ctx.Err() != nil {
-				cancelled.Store(true)
-				return
-			}
-			if stop.Load() {
-				return
-			}
-			p := pending{heal: heals[i], start: e.opt.Now(), wall: time.Now()}
-			var del []Key
-			del, p.err = e.execute(heals[i], pre[i], &stop)
-			if errors.Is(p.err, ErrCrashed) {
-				stop.Store(true)
-				crashed.Store(true)
-				return
-			}
-			results[i] = result{p: p, del: del, done: true}
-		}
-	}
-	var mine []int // the lane this goroutine runs: the last that has heals (nvmet's when both do)
-	for j := len(lanes) - 1; j >= 0; j-- {
-		if len(lanes[j]) == 0 {
-			continue
-		}
-		firsts.Add(1)
-		switch {
-		case serial:
-			run(lanes[j]) // LIO's, then nvmet's
-		case mine == nil && j == 0, mine == nil && len(lanes[0]) == 0:
-			mine = lanes[j]
-		default:
-			wg.Go(func() { run(lanes[j]) })
-		}
-	}
-	if !serial {
-		// The rest's batch once the first heals are done: nothing of it
-		// competes with their first writes (the event's first).
-		wg.Go(func() {
-			firsts.Wait()
-			if len(rest) > 0 && !stop.Load() {
-				if err := e.journalBatch(heals, rest, false, pre); err != nil {
-					stop.Store(true)
-					crashed.Store(true)
-				}
-			}
-			close(restJournaled)
-		})
-		if mine != nil {
-			run(mine)
-		}
-	}
-	wg.Wait()
-	if crashed.Load() {
-		return nil, ErrCrashed
-	}
+	pre := map[int]putResult{}
+	journaled := 0 // heals [0, journaled) are journaled
 	var done []pending
 	var deletes []Key
 	var dropped []Heal
-	for i, r := range results {
-		if !r.done {
+	for i, h := range heals {
+		if err := ctx.Err(); err != nil {
+			return done, err
+		}
+		if i >= journaled {
+			end := len(heals)
+			if i == 0 {
+				end = 1
+			}
+			if err := e.journalBatch(heals[i:end], i, pre); err != nil {
+				return done, err
+			}
+			journaled = end
+		}
+		p := pending{heal: h, start: e.opt.Now(), wall: time.Now()}
+		var del []Key
+		del, p.err = e.execute(h, pre[i])
+		if errors.Is(p.err, ErrCrashed) {
+			return done, p.err
+		}
+		deletes = append(deletes, del...)
+		if h.Action == ActDropJournal {
+			dropped = append(dropped, h)
 			continue
 		}
-		deletes = append(deletes, r.del...)
-		if heals[i].Action == ActDropJournal {
-			dropped = append(dropped, heals[i])
-			continue
-		}
-		done = append(done, r.p)
+		done = append(done, p)
 	}
 	if len(deletes) > 0 {
 		t := time.Now()
 		err := e.opt.Store.DeleteAll(deletes)
-		e.count(func(s *Stats) { s.JournalTime += time.Since(t) })
+		e.stats.JournalTime += time.Since(t)
 		if err != nil {
 			e.log.Warn("journal entries not removed; the next round finds their work done", "keys", keysString(deletes), "err", err)
 		}
@@ -163,25 +71,7 @@ func (e *Engine) apply(ctx context.Context, heals []Heal) ([]pending, error) {
 			}
 		}
 	}
-	if cancelled.Load() {
-		return done, ctx.Err()
-	}
 	return done, nil
-}
-
-// healLanes splits the heals (their indexes, in plan order) into the
-// lanes apply runs at once: nvmet's ports (RDMA and TCP), and LIO's
-// portals. A journal entry dropped goes with its object's kind.
-func healLanes(heals []Heal) [2][]int {
-	var lanes [2][]int
-	for i, h := range heals {
-		l := 0
-		if h.Endpoint.Kind == KindLIO || h.Action == ActDropJournal && len(h.Keys) > 0 && h.Keys[0].Kind == KindLIO {
-			l = 1
-		}
-		lanes[l] = append(lanes[l], i)
-	}
-	return lanes
 }
 
 // pending is a heal written and waiting for verification.
@@ -197,25 +87,21 @@ type putResult struct {
 	put  []Key        // journaled by this round, in this heal's order
 	skip map[Key]bool // objects the admin removed or set to 0 before the batch
 	err  error        // a precondition that stops the heal (or the batch failed)
-	// first: the heal is the first of its lane, journaled in the round's
-	// first batch, so nothing of the round wrote its objects between its
-	// preconditions and its first write (no re-check).
+	// first: the heal is the first of its batch, so nothing was written
+	// between its preconditions and its first write (no re-check).
 	first bool
 }
 
-// journalBatch writes the journal entries of the heals at idx (indexes
-// into heals) in one batch, each after its precondition (a failed one
-// stops that heal, or skips that object). first: the round's first batch,
-// whose heals are each the first of their lane (nothing of the round
-// writes their objects between the check and their first write). It
-// records what it did in out by heal index; an error only for a fault
-// point.
-func (e *Engine) journalBatch(heals []Heal, idx []int, first bool, out []putResult) error {
+// journalBatch writes the journal entries of heals (the round's heals
+// from index first) in one batch, each after its precondition (a failed
+// one stops that heal, or skips that object). It records what it did in
+// out by the round's heal index; an error only for a fault point.
+func (e *Engine) journalBatch(heals []Heal, first int, out map[int]putResult) error {
 	var ins []Intent
 	var from []int
-	for _, i := range idx {
-		h := heals[i]
-		r := putResult{skip: map[Key]bool{}, first: first}
+	for n, h := range heals {
+		i := first + n
+		r := putResult{skip: map[Key]bool{}, first: n == 0}
 		var mine []Intent
 		for _, s := range h.Steps {
 			if s.Op != OpJournalPut {
@@ -246,7 +132,7 @@ func (e *Engine) journalBatch(heals []Heal, idx []int, first bool, out []putResu
 	}
 	t := time.Now()
 	err := e.opt.Store.PutAll(ins)
-	e.count(func(s *Stats) { s.JournalTime += time.Since(t) })
+	e.stats.JournalTime += time.Since(t)
 	if err != nil {
 		for _, i := range from {
 			r := out[i]
@@ -302,11 +188,9 @@ func (e *Engine) pass(s Step) (passing, error) {
 
 // execute performs one heal's writes in order; its journal entries were
 // written by the round's batch (pre). A write error stops the heal; the
-// journal keeps what is left to do for the next round; stop (a fault
-// point in the other lane) stops it before its next step, as a crash
-// would (ErrCrashed). It returns the journal entries to remove once the
-// heal is done.
-func (e *Engine) execute(h Heal, pre putResult, stop *atomic.Bool) ([]Key, error) {
+// journal keeps what is left to do for the next round. It returns the
+// journal entries to remove once the heal is done.
+func (e *Engine) execute(h Heal, pre putResult) ([]Key, error) {
 	if pre.err != nil {
 		return nil, pre.err
 	}
@@ -337,9 +221,6 @@ func (e *Engine) execute(h Heal, pre putResult, stop *atomic.Bool) ([]Key, error
 	var failed []error // links refused one by one
 	var nUnlink, nLink, nOff, nOn int
 	for _, s := range h.Steps {
-		if stop.Load() {
-			return nil, ErrCrashed
-		}
 		if skip[s.Key] && s.Op != OpJournalDelete {
 			continue
 		}
@@ -414,26 +295,13 @@ func (e *Engine) execute(h Heal, pre putResult, stop *atomic.Bool) ([]Key, error
 func (e *Engine) write(w func() error) error {
 	t := time.Now()
 	err := w()
-	e.count(func(s *Stats) { s.WriteTime += time.Since(t); s.Writes++ })
+	e.stats.WriteTime += time.Since(t)
+	e.stats.Writes++
 	return err
 }
 
-// count updates the round's statistics from either lane of apply.
-func (e *Engine) count(f func(*Stats)) {
-	e.statsMu.Lock()
-	defer e.statsMu.Unlock()
-	f(&e.stats)
-}
-
-// fault asks the test hook whether to stop at point; the lanes ask it one
-// at a time.
 func (e *Engine) fault(point string) bool {
-	if e.opt.Fault == nil {
-		return false
-	}
-	e.statsMu.Lock()
-	defer e.statsMu.Unlock()
-	return e.opt.Fault(point)
+	return e.opt.Fault != nil && e.opt.Fault(point)
 }
 
 // refused reports a bind the kernel refused because the address or device

@@ -39,14 +39,14 @@
 //     by the journal or a manual rebind, or decided by the clock; an input
 //     every endpoint reads selects all.
 //   - plan (plan.go, plan_nvmet.go, plan_lio.go, policy.go, decisions.go):
-//     pure. Each selected endpoint's state, status and heal; policy.go gates the heal
-//     (give-up, graces, pinning, backoff) and says when to look again. The
-//     others keep their last decision: Plan (everything) and a selection's
-//     plan are the same function on different sets.
+//     pure. Each selected endpoint's state, status and heal; policy.go
+//     gates the heal (give-up, graces, pinning, backoff) and says when to
+//     look again. The others keep their last decision (overlaid:
+//     decisions.go): Plan (everything) and a selection's plan are the
+//     same function on different sets.
 //   - apply (apply.go): the only writer of configfs and the journal, each
 //     step after its precondition (steps.go: Step.Pre, data that apply
-//     checks and `plan` describes); nvmet's heals and LIO's run in two
-//     lanes at once, each heal journaled before its first write.
+//     checks and `plan` describes).
 //   - verify (verify.go): pure, over the verdicts of a fresh observation.
 //   - learn (memory.go): pure updates of Memory from the outcomes and the
 //     plan; the loop is memory's one writer. Learn is idempotent, so a

@@ -39,25 +39,6 @@ type world struct {
 	state string
 	cfg   rebind.Config
 	fault func(string) bool
-	// lanesAtOnce: under fault, apply's lanes still run at once.
-	lanesAtOnce bool
-	// putDelay delays every journal batch but a round's first (the
-	// batch written once the lanes' first heals are done).
-	putDelay time.Duration
-}
-
-// slowStore is the journal with every batch after the first delayed.
-type slowStore struct {
-	*state.Store
-	delay time.Duration
-	puts  int
-}
-
-func (s *slowStore) PutAll(ins []rebind.Intent) error {
-	if s.puts++; s.puts > 1 {
-		time.Sleep(s.delay)
-	}
-	return s.Store.PutAll(ins)
 }
 
 func newWorld(t *testing.T) *world {
@@ -86,11 +67,7 @@ func (w *world) engine() *rebind.Engine {
 	must(w.t, err)
 	moved, err := j.Clean()
 	must(w.t, err)
-	var store rebind.Store = j
-	if w.putDelay > 0 {
-		store = &slowStore{Store: j, delay: w.putDelay}
-	}
-	return rebind.New(rebind.Options{Tree: w.k.FS(), Kernel: w.k, Store: store, Config: w.cfg, Now: w.clk.now, Fault: w.fault, FaultLanesAtOnce: w.lanesAtOnce, Declared: saved.Load, Quarantined: moved})
+	return rebind.New(rebind.Options{Tree: w.k.FS(), Kernel: w.k, Store: j, Config: w.cfg, Now: w.clk.now, Fault: w.fault, Declared: saved.Load, Quarantined: moved})
 }
 
 func (w *world) reconcile(e *rebind.Engine) []rebind.Item {
@@ -152,20 +129,6 @@ func TestHealthyIsUntouched(t *testing.T) {
 	}
 }
 
-// byLane orders a write log by apply's lanes: nvmet's writes, then LIO's,
-// each in the order written.
-func byLane(log []string) []string {
-	var nvmet, lio []string
-	for _, l := range log {
-		if strings.Contains(l, " target/") {
-			lio = append(lio, l)
-		} else {
-			nvmet = append(nvmet, l)
-		}
-	}
-	return append(nvmet, lio...)
-}
-
 func TestResetHeals(t *testing.T) {
 	w := newWorld(t)
 	e := w.engine()
@@ -183,10 +146,8 @@ func TestResetHeals(t *testing.T) {
 		"write target/iscsi/" + iqn + "/tpgt_1/np/192.0.2.1:3260/iser 0",
 		"write target/iscsi/" + iqn + "/tpgt_1/np/192.0.2.1:3260/iser 1",
 	}
-	// nvmet's writes and LIO's come from two lanes at once: each lane's in
-	// order, the two interleaved any way.
-	if diff := cmp.Diff(want, byLane(w.k.LogStrings())); diff != "" {
-		t.Errorf("writes, nvmet's then LIO's (-want +got):\n%s", diff)
+	if diff := cmp.Diff(want, w.k.LogStrings()); diff != "" {
+		t.Errorf("writes (-want +got):\n%s", diff)
 	}
 	if !w.k.Listening("nvmet_rdma", "1") || !w.k.Listening("ib_isert", portal) {
 		t.Errorf("not healed: %s", w.k)

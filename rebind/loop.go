@@ -28,10 +28,6 @@ type Options struct {
 	DryRun   bool                    // plan and log, write nothing
 	Now      func() time.Time        // clock; time.Now when nil
 	Fault    func(point string) bool // test hook: true stops the rebind there (ErrCrashed)
-	// FaultLanesAtOnce (test): with Fault, apply's two lanes still run at
-	// once, so the fault points come in no fixed order; else they run one
-	// after the other under Fault.
-	FaultLanesAtOnce bool
 	// Probe looks at the configfs root at every observation (what Sight
 	// says of configfs; ProbeConfigfs); nil: nothing is known of it.
 	Probe func() ConfigfsSight
@@ -74,7 +70,6 @@ type Engine struct {
 	learnt  decisions
 	results map[Key]Outcome
 	stats   Stats
-	statsMu sync.Mutex    // stats and the fault hook, while apply's lanes run
 	views   [2]rdma.Index // the kernel tables' index of a round's two observations, storage reused
 
 	snap atomic.Pointer[Snapshot] // published once per round

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -224,111 +223,6 @@ func TestCrashAnywhere(t *testing.T) {
 				})
 			}
 			t.Logf("%d single crashes, %d double crashes", len(pts), doubles)
-		})
-	}
-}
-
-// TestCrashWithLanesAtOnce crashes a round whose nvmet and LIO heals run
-// at once (apply's two lanes: in production they always do) at each fault
-// call, several times over so that the crash lands at different points of
-// the other lane, and restarts a fresh engine on the same state dir: every
-// link comes back, every listener listens, the journal is empty. Which
-// point each call is depends on the interleaving; that any of them is
-// recovered is what the journal promises (each heal journaled before its
-// first write).
-func TestCrashWithLanesAtOnce(t *testing.T) {
-	t.Parallel()
-	s := shape{name: "nvmet-3-and-lio", subs: 3, portals: true}
-	setup := func(t *testing.T) (*world, []configfs.Link) {
-		w := newShapeWorld(t, s)
-		before := w.fullLinks()
-		w.reconcile(w.engine())
-		w.reset()
-		w.lanesAtOnce = true
-		return w, before
-	}
-	w, _ := setup(t)
-	calls := len(w.points())
-	if calls != 2*3+2*2+2 {
-		t.Fatalf("%d fault calls, want %d", calls, 2*3+2*2+2)
-	}
-	reps := 8
-	if testing.Short() {
-		reps = 3
-	}
-	seen := map[string]bool{} // the points crashed at, across the runs
-	for n := range calls {
-		for rep := range reps {
-			t.Run(fmt.Sprintf("call-%02d/%d", n, rep), func(t *testing.T) {
-				w, before := setup(t)
-				var at string
-				crash := crashAt(n, nil)
-				w.fault = func(p string) bool {
-					if crash(p) {
-						at = p
-						return true
-					}
-					return false
-				}
-				if _, err := w.engine().Reconcile(context.Background()); !errors.Is(err, rebind.ErrCrashed) {
-					t.Fatalf("fault call %d: reconcile returned %v, want ErrCrashed", n, err)
-				}
-				seen[at] = true
-				w.fault = nil
-				w.reconcile(w.engine())
-				w.assertHealed(s, before)
-			})
-		}
-	}
-	t.Logf("crashed at %d distinct points with the lanes at once", len(seen))
-}
-
-// TestJournaledBeforeEveryWrite: with the lanes at once, every
-// destructive configfs write (an unlink, iser=0) is of an object whose
-// journal entry is on disk already — also when the second batch (the
-// heals after each lane's first) is slow to write: those heals wait for
-// it.
-func TestJournaledBeforeEveryWrite(t *testing.T) {
-	t.Parallel()
-	for _, delay := range []time.Duration{0, 30 * time.Millisecond} {
-		t.Run(fmt.Sprint("second-batch-", delay), func(t *testing.T) {
-			s := shape{name: "nvmet-3-and-lio", subs: 3, portals: true}
-			w := newShapeWorld(t, s)
-			w.reconcile(w.engine())
-			w.reset()
-			w.lanesAtOnce, w.putDelay = true, delay
-			j, err := state.Open(w.state)
-			must(t, err)
-			var bad []string
-			writes := 0
-			w.k.Fault = func(_ int, wr configfstest.Write) error {
-				var k rebind.Key
-				switch {
-				case wr.Op == "remove" && strings.HasPrefix(wr.Path, "nvmet/ports/"):
-					k = rebind.Key{Kind: rebind.KindNvmet, ID: strings.Split(wr.Path, "/")[2]}
-				case wr.Op == "write" && strings.HasSuffix(wr.Path, "/iser") && wr.Value == "0":
-					p := strings.Split(wr.Path, "/") // target/iscsi/<iqn>/<tpg>/np/<np>/iser
-					k = rebind.Key{Kind: rebind.KindLIO, ID: p[2] + "/" + p[3] + "/" + p[5]}
-				default:
-					return nil
-				}
-				writes++
-				if in, _ := j.Load(); !slices.ContainsFunc(slices.Collect(maps.Keys(in)), func(x rebind.Key) bool { return x == k }) {
-					bad = append(bad, fmt.Sprintf("%s %s (%s) before its journal entry", wr.Op, wr.Path, k))
-				}
-				return nil
-			}
-			w.reconcile(w.engine())
-			w.k.Fault = nil
-			if writes != 3+2 {
-				t.Fatalf("%d destructive writes, want 5 (3 unlinks, 2 iser=0)", writes)
-			}
-			for _, b := range bad {
-				t.Error(b)
-			}
-			if !w.k.Listening("nvmet_rdma", "1") {
-				t.Errorf("port 1 not healed: %s", w.k)
-			}
 		})
 	}
 }

@@ -16,9 +16,8 @@ type Stats struct {
 	LastLatency    time.Duration
 	PendingRetries int
 	// ReconcileTime is the time spent in rounds (observe, plan, act,
-	// verify); WriteTime the time inside configfs writes (the kernel's:
-	// each write binds or unbinds a listener), over Writes, summed over
-	// apply's two lanes (which run at once).
+	// verify); WriteTime the part of it inside configfs writes (the
+	// kernel's: each write binds or unbinds a listener), over Writes.
 	ReconcileTime, WriteTime time.Duration
 	Writes                   uint64
 	// JournalTime is the time spent writing and removing intent journal

@@ -29,10 +29,7 @@
 // name; an attribute written (IN_MODIFY on its directory) drops the
 // directory's attributes; a directory going away (IN_DELETE_SELF,
 // IN_MOVE_SELF, or IN_IGNORED for a watch the model did not remove)
-// drops its subtree. The model's own writes invalidate directly as well,
-// once they return: they go to configfs outside the model's mutex (writes
-// of different objects run at once), and Generation gives no token while
-// one is in flight.
+// drops its subtree. The model's own writes invalidate directly as well.
 // Only the dropped entries are read again. Events are read only under the
 // model's mutex, at read time: the model has no goroutine. (It does not
 // tell anyone about an admin's change: the daemon reconciles on kernel

@@ -81,7 +81,6 @@ type Model struct {
 	// uncached counts reads answered by configfs and not kept (errors,
 	// unwatched directories): a result built from one is not memoised.
 	uncached uint64
-	inflight int // writes in flight (not under the lock): no Generation meanwhile
 	// Whole answers of Ports, Portals and Subsystems, valid while gen has
 	// not moved: the event path reads an unchanged tree in O(1).
 	memoPorts   memo[[]configfs.Port]
@@ -435,7 +434,7 @@ func (m *Model) Ports() ([]configfs.Port, error) {
 func (m *Model) Generation() (uint64, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed || m.inflight > 0 || m.prepare() != m.cfs {
+	if m.closed || m.prepare() != m.cfs {
 		return 0, false
 	}
 	return m.gen + m.uncached, true // both only grow: the sum moves when either does
@@ -508,49 +507,29 @@ func (m *Model) Subsystems() ([]string, error) {
 	return memoised(m, &m.memoSubsys, (*configfs.FS).Subsystems)
 }
 
-// The writes (Unlink, Relink, SetISER) go to configfs without the model's
-// lock, so that writes of different objects (an nvmet port's, a LIO
-// portal's: apply's two lanes) run at once in the kernel; the model marks
-// what the write changes once it returns. While one is in flight,
-// Generation answers no token (ok false): nothing read meanwhile is told
-// stable.
-
-// writing counts a write in flight.
-func (m *Model) writing(d int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.inflight += d
-}
-
 // Unlink is configfs.FS.Unlink; the model marks the port's links changed.
 func (m *Model) Unlink(portID string, l configfs.Link) error {
-	m.writing(+1)
-	err := m.fs.Unlink(portID, l)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.inflight--
+	err := m.fs.Unlink(portID, l)
 	m.touchEntry(filepath.Join(m.root, "nvmet", "ports", portID, "subsystems", l.Name))
 	return err
 }
 
 // Relink is configfs.FS.Relink; the model marks the port's links changed.
 func (m *Model) Relink(portID string, l configfs.Link) error {
-	m.writing(+1)
-	err := m.fs.Relink(portID, l)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.inflight--
+	err := m.fs.Relink(portID, l)
 	m.touchEntry(filepath.Join(m.root, "nvmet", "ports", portID, "subsystems", l.Name))
 	return err
 }
 
 // SetISER is configfs.FS.SetISER; the model marks the portal changed.
 func (m *Model) SetISER(portalID string, on bool) error {
-	m.writing(+1)
-	err := m.fs.SetISER(portalID, on)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.inflight--
+	err := m.fs.SetISER(portalID, on)
 	if iqn, tpg, np, perr := configfs.ParsePortalID(portalID); perr == nil {
 		m.touchAttr(filepath.Join(m.root, "target", "iscsi", iqn, tpg, "np", np, "iser"))
 	}

@@ -47,7 +47,7 @@ func NewCollector(eng *rebind.Engine, events *udev.Stats) *Collector {
 		reconnects:    prometheus.NewDesc(ns+"_event_source_reconnects_total", "Event source reconnects after an error (ENOBUFS included).", []string{"source"}, nil),
 		eventsSeen:    prometheus.NewDesc(ns+"_events_total", "Kernel events received.", []string{"source"}, nil),
 		reconcileTime: prometheus.NewDesc(ns+"_reconcile_seconds_total", "Time spent reconciling (observe, plan, act, verify).", nil, nil),
-		writeTime:     prometheus.NewDesc(ns+"_configfs_write_seconds_total", "Time spent inside configfs writes (the kernel binding or unbinding listeners), summed over nvmet's and LIO's heals, which run at once.", nil, nil),
+		writeTime:     prometheus.NewDesc(ns+"_configfs_write_seconds_total", "Part of the reconcile time spent inside configfs writes (the kernel binding or unbinding listeners).", nil, nil),
 		writes:        prometheus.NewDesc(ns+"_configfs_writes_total", "configfs writes made (unlink, link, iser).", nil, nil),
 	}
 }
