@@ -33,8 +33,8 @@ func TestCarriedObservationIsAFreshOne(t *testing.T) {
 	carried, rejudged, edits, patched, own := 0, 0, 0, 0, 0
 	defer func(f func(int) int) { maxPatch = f }(maxPatch)
 	for seed := range seeds {
-		// Every other seed, a verdict judged again makes a list of its
-		// own instead of a patch over the baseline's.
+		// Every other pair of seeds, a verdict judged again makes a list
+		// of its own instead of a patch over the baseline's.
 		if seed%4 >= 2 {
 			maxPatch = func(int) int { return 0 }
 		} else {

@@ -42,7 +42,7 @@ func BenchmarkEventToFirstWrite(b *testing.B) {
 // runLoop starts the engine's Run loop over tree (resync: an hour) and
 // returns it with a channel beaten after every round, once the first round
 // is done.
-func runLoop(b testing.TB, k *fakeKernel, tree rebind.Tree) (*rebind.Engine, chan struct{}) {
+func runLoop(b *testing.B, k *fakeKernel, tree rebind.Tree) (*rebind.Engine, chan struct{}) {
 	j, err := state.Open(stateDir(b))
 	if err != nil {
 		b.Fatal(err)

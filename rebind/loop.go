@@ -64,9 +64,10 @@ type Engine struct {
 	base      *Baseline // the last round's observation and plan: select's baseline
 	// learnt are the decisions memory was last learnt from (Learn), none
 	// (the zero value) once anything else has written memory since (a
-	// reload, a forced retry, a heal's outcome). Learn is idempotent (a property test of
-	// the package): a round whose plan carries exactly those decisions —
-	// a steady round, which decides nothing — has nothing to learn.
+	// reload, a forced retry, a heal's outcome). Learn is idempotent (a
+	// property test of the package): a round whose plan carries exactly
+	// those decisions — a steady round, which decides nothing — has
+	// nothing to learn.
 	learnt  decisions
 	results map[Key]Outcome
 	stats   Stats

@@ -43,16 +43,12 @@ func (l *Live) drop(err error) {
 	}
 }
 
-// Devices returns the RDMA devices with their ports' GID tables. A port
-// whose table cannot be read has GIDsKnown false.
+// Devices returns the RDMA devices with their ports' GID tables (Read,
+// without the addresses). A port whose table cannot be read has GIDsKnown
+// false.
 func (l *Live) Devices() ([]Device, error) {
-	return l.devices(nil, func(devs []Device) GIDNeeds {
-		links, addrs, err := NetdevsAndAddrs()
-		if err != nil {
-			return GIDNeeds{} // every table read whole
-		}
-		return RoCENeeds(devs, links, addrs)
-	})
+	r := l.Read(nil)
+	return r.Devices, r.DevicesErr
 }
 
 // Reading is the devices and the addresses of one pass (Live.Read).
@@ -80,7 +76,7 @@ func (l *Live) Read(prev []Device) Reading {
 	r := Reading{Addrs: addrs, AddrsErr: err}
 	r.Devices, r.DevicesErr = l.devices(prev, func(devs []Device) GIDNeeds {
 		if err != nil {
-			return GIDNeeds{}
+			return GIDNeeds{} // every table read whole
 		}
 		return RoCENeeds(devs, links, addrs)
 	})
