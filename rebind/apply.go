@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"maps"
 	"slices"
 	"syscall"
@@ -24,6 +25,7 @@ var ErrCrashed = errors.New("stopped at a fault point")
 // heals done are removed in one batch at the end. It returns the heals
 // written, for verification; an error only for ctx or a fault point.
 func (e *Engine) apply(ctx context.Context, heals []Heal) ([]pending, error) {
+	start := time.Now()
 	pre := map[int]putResult{}
 	journaled := 0 // heals [0, journaled) are journaled
 	var done []pending
@@ -45,10 +47,12 @@ func (e *Engine) apply(ctx context.Context, heals []Heal) ([]pending, error) {
 		}
 		p := pending{heal: h, start: e.opt.Now(), wall: time.Now()}
 		var del []Key
-		del, p.err = e.execute(h, pre[i])
+		var tm healTimes
+		del, p.err = e.execute(h, pre[i], &tm)
 		if errors.Is(p.err, ErrCrashed) {
 			return done, p.err
 		}
+		e.logHeal(h, start, p.wall, tm)
 		deletes = append(deletes, del...)
 		if h.Action == ActDropJournal {
 			dropped = append(dropped, h)
@@ -190,7 +194,7 @@ func (e *Engine) pass(s Step) (passing, error) {
 // written by the round's batch (pre). A write error stops the heal; the
 // journal keeps what is left to do for the next round. It returns the
 // journal entries to remove once the heal is done.
-func (e *Engine) execute(h Heal, pre putResult) ([]Key, error) {
+func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 	if pre.err != nil {
 		return nil, pre.err
 	}
@@ -230,7 +234,9 @@ func (e *Engine) execute(h Heal, pre putResult) ([]Key, error) {
 		case OpJournalDelete:
 			deletes = append(deletes, s.Key)
 		case OpUnlink:
-			if err := e.write(func() error { return e.opt.Tree.Unlink(s.Key.ID, s.Link) }); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			err := e.write(func() error { return e.opt.Tree.Unlink(s.Key.ID, s.Link) })
+			tm.wrote(false)
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return nil, err
 			}
 			if e.fault(fmt.Sprintf("after-unlink-%d", nUnlink)) {
@@ -239,6 +245,7 @@ func (e *Engine) execute(h Heal, pre putResult) ([]Key, error) {
 			nUnlink++
 		case OpLink:
 			err := e.write(func() error { return e.opt.Tree.Relink(s.Key.ID, s.Link) })
+			tm.wrote(true)
 			switch {
 			case err == nil, errors.Is(err, fs.ErrExist):
 			case errors.Is(err, fs.ErrNotExist):
@@ -268,7 +275,9 @@ func (e *Engine) execute(h Heal, pre putResult) ([]Key, error) {
 			if ok == passDone {
 				continue
 			}
-			if err := e.write(func() error { return e.opt.Tree.SetISER(s.Key.ID, s.On) }); err != nil {
+			err = e.write(func() error { return e.opt.Tree.SetISER(s.Key.ID, s.On) })
+			tm.wrote(s.On)
+			if err != nil {
 				return nil, err
 			}
 			if !s.On {
@@ -288,6 +297,36 @@ func (e *Engine) execute(h Heal, pre putResult) ([]Key, error) {
 		return nil, errors.Join(failed...)
 	}
 	return deletes, nil
+}
+
+// healTimes is when a heal's writes ended (debug): its first write, and
+// its first write that can bind a listener (a link, iser=1).
+type healTimes struct{ first, firstOn time.Time }
+
+func (t *healTimes) wrote(on bool) {
+	if t.first.IsZero() {
+		t.first = time.Now()
+	}
+	if on && t.firstOn.IsZero() {
+		t.firstOn = time.Now()
+	}
+}
+
+// logHeal tells where a heal's time went (debug): from the start of
+// apply to the heal's start, its first write and its first binding write
+// (ended), and the heal's end.
+func (e *Engine) logHeal(h Heal, start, began time.Time, tm healTimes) {
+	if !e.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	since := func(t time.Time) time.Duration {
+		if t.IsZero() {
+			return 0
+		}
+		return t.Sub(start)
+	}
+	e.log.Debug("heal", "endpoint", h.Endpoint.String(), "action", h.Action.String(), "steps", len(h.Steps),
+		"began", began.Sub(start), "first_write", since(tm.first), "first_bind", since(tm.firstOn), "ended", time.Since(start))
 }
 
 // write makes one configfs write, counting it and the time spent in it

@@ -77,7 +77,8 @@ daemon_run() {
 	# acted; its line is written after the verification that follows the
 	# last write).
 	sleep 2
-	tail -n +"$((l0 + 1))" "$W/daemon.log" | grep 'msg=event\|msg=round' | head -n 6 | while read -r line; do log "  $line"; done
+	log "daemon $1: t0 $t0 us (rdma link add started)"
+	tail -n +"$((l0 + 1))" "$W/daemon.log" | grep 'msg=event\|msg=round\|msg=heal' | head -n 8 | while read -r line; do log "  $line"; done
 	metric "daemon_listen_ms_$1=$dl"
 	metric "daemon_complete_ms_$1=$dc"
 	log "daemon $1: LISTEN $dl ms, every sharer at 1 $dc ms after rdma link add"

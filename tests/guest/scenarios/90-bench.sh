@@ -39,7 +39,7 @@ one() { # MODE: daemon | script
 	if [ "$1" = daemon ]; then
 		# Where the daemon's time went: its events and the rounds that
 		# acted (debug log: observe, plan, act_and_verify, ...).
-		tail -n +"$((l0 + 1))" "$W/daemon.log" | grep 'msg=event\|msg=round' | head -n 16 | while read -r line; do log "  $line"; done
+		tail -n +"$((l0 + 1))" "$W/daemon.log" | grep 'msg=event\|msg=round\|msg=heal' | head -n 16 | while read -r line; do log "  $line"; done
 	fi
 }
 write_config
