@@ -20,12 +20,12 @@ import (
 // reads all of configfs at every observation (run --no-watch); tree=model
 // reads it through the inotify model (configfs/watch), as the daemon does.
 func BenchmarkEventToFirstWrite(b *testing.B) {
-	for _, tree := range []string{"full", "model"} {
+	for _, tree := range []string{"full", "model", "model-exhaustive"} {
 		for _, n := range []int{256, 1024, 4096} {
 			b.Run(fmt.Sprintf("tree=%s/%d", tree, n), func(b *testing.B) {
 				k := bigWorld(b, n)
 				var t rebind.Tree = k.FS()
-				if tree == "model" {
+				if tree != "full" {
 					m, err := watch.New(k.FS(), watch.Options{Logger: slog.New(slog.DiscardHandler)})
 					if err != nil {
 						b.Fatal(err)
@@ -33,7 +33,7 @@ func BenchmarkEventToFirstWrite(b *testing.B) {
 					defer m.Close()
 					t = m
 				}
-				eventToFirstWrite(b, k, t)
+				eventToFirstWrite(b, k, t, tree == "model-exhaustive")
 			})
 		}
 	}
@@ -42,14 +42,14 @@ func BenchmarkEventToFirstWrite(b *testing.B) {
 // runLoop starts the engine's Run loop over tree (resync: an hour) and
 // returns it with a channel beaten after every round, once the first round
 // is done.
-func runLoop(b *testing.B, k *fakeKernel, tree rebind.Tree) (*rebind.Engine, chan struct{}) {
+func runLoop(b *testing.B, k *fakeKernel, tree rebind.Tree, exhaustive bool) (*rebind.Engine, chan struct{}) {
 	j, err := state.Open(stateDir(b))
 	if err != nil {
 		b.Fatal(err)
 	}
 	cfg := rebind.DefaultConfig()
 	cfg.ResyncInterval = time.Hour
-	e := rebind.New(rebind.Options{Tree: tree, Kernel: k, Store: j, Config: cfg})
+	e := rebind.New(rebind.Options{Tree: tree, Kernel: k, Store: j, Config: cfg, Exhaustive: exhaustive})
 	beats := make(chan struct{}, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
@@ -70,9 +70,9 @@ func reportPercentiles(b *testing.B, lat []time.Duration) {
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 }
 
-func eventToFirstWrite(b *testing.B, k *fakeKernel, tree rebind.Tree) {
+func eventToFirstWrite(b *testing.B, k *fakeKernel, tree rebind.Tree, exhaustive bool) {
 	clk := k.ClockWrites()
-	e, beats := runLoop(b, k, tree)
+	e, beats := runLoop(b, k, tree, exhaustive)
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -118,7 +118,7 @@ func BenchmarkEventBurst(b *testing.B) {
 			k.AddDevice("rxe0", 1, "veth0")
 			k.LinkedPort("1", "192.0.2.1", "4420", "nqn.a")
 			clk := k.ClockWrites()
-			e, beats := runLoop(b, k, k.FS())
+			e, beats := runLoop(b, k, k.FS(), false)
 			lat := make([]time.Duration, 0, b.N)
 			totalWrites := 0
 			b.ResetTimer()

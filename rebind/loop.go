@@ -35,6 +35,10 @@ type Options struct {
 	// often from the loop itself (the systemd watchdog): a round that
 	// hangs stops the beats.
 	HeartbeatEvery time.Duration
+	// Exhaustive makes every round a fresh observation, every endpoint
+	// decided and a full learn: the reference the differential test holds
+	// the normal rounds to.
+	Exhaustive bool
 }
 
 // Engine reconciles. Its rounds (Reconcile) run one at a time, and a round
@@ -169,6 +173,9 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 	defer e.run.Unlock()
 	start := time.Now()
 	e.takeRequests()
+	if e.opt.Exhaustive {
+		e.base, e.learnt = nil, decisions{}
+	}
 	obs, err := e.observe(e.cfg, e.base, nil, &e.views[0])
 	if err != nil {
 		e.stats.ReconcileTime += time.Since(start)
@@ -222,7 +229,7 @@ func (e *Engine) act(ctx context.Context, obs *Observed, pl *Planned, sel *Selec
 	var outcomes []Outcome
 	next, base := *obs, baseline(*obs, *pl)
 	if len(done) > 0 {
-		obs2, err := e.observe(e.cfg, e.base, obs.Devices, &e.views[1])
+		obs2, err := e.observe(e.cfg, e.base, obs.Devices, &e.views[1]) // e.base: nil when exhaustive
 		outcomes = verify(done, &obs2, err, time.Now())
 		e.mem, e.learnt = learnOutcomes(e.mem, outcomes, obs2.Now), decisions{}
 		for _, p := range done {
@@ -233,6 +240,9 @@ func (e *Engine) act(ctx context.Context, obs *Observed, pl *Planned, sel *Selec
 		} else {
 			next = obs2
 		}
+	}
+	if e.opt.Exhaustive {
+		base = nil
 	}
 	*obs, *sel = next, Select(&next, e.mem, base)
 	*pl = decide(obs, e.mem, e.cfg, *sel)
@@ -253,6 +263,9 @@ func (e *Engine) learn(obs *Observed, pl *Planned, sel Selection) {
 		}
 	}
 	e.base = baseline(*obs, *pl)
+	if e.opt.Exhaustive {
+		e.base, e.learnt = nil, decisions{}
+	}
 	if sel.Size() == 0 && len(pl.Heals) == 0 {
 		e.stats.Unchanged++
 	}

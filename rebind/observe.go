@@ -304,7 +304,7 @@ func (e *Engine) observe(cfg Config, base *Baseline, prev []rdma.Device, into *r
 		}
 		switch {
 		case p.Err != nil:
-		case linksNeeded(p, a, ei >= 0, v, obs.Journal, declared):
+		case e.opt.Exhaustive || linksNeeded(p, a, ei >= 0, v, obs.Journal, declared):
 			p.Links, err = e.opt.Tree.Links(p.ID)
 			if errors.Is(err, fs.ErrNotExist) {
 				continue // removed while we read
