@@ -25,7 +25,8 @@ var ErrCrashed = errors.New("stopped at a fault point")
 // heals done are removed in one batch at the end. It returns the heals
 // written, for verification; an error only for ctx or a fault point.
 func (e *Engine) apply(ctx context.Context, heals []Heal) ([]pending, error) {
-	start := time.Now()
+	start, j0 := time.Now(), e.stats.JournalTime
+	var batches time.Duration // in journalBatch: the preconditions and the journal writes
 	pre := map[int]putResult{}
 	journaled := 0 // heals [0, journaled) are journaled
 	var done []pending
@@ -40,9 +41,11 @@ func (e *Engine) apply(ctx context.Context, heals []Heal) ([]pending, error) {
 			if i == 0 {
 				end = 1
 			}
+			t := time.Now()
 			if err := e.journalBatch(heals[i:end], i, pre); err != nil {
 				return done, err
 			}
+			batches += time.Since(t)
 			journaled = end
 		}
 		p := pending{heal: h, start: e.opt.Now(), wall: time.Now()}
@@ -52,7 +55,7 @@ func (e *Engine) apply(ctx context.Context, heals []Heal) ([]pending, error) {
 		if errors.Is(p.err, ErrCrashed) {
 			return done, p.err
 		}
-		e.logHeal(h, start, p.wall, tm)
+		e.logHeal(h, start, p.wall, tm, batches, e.stats.JournalTime-j0)
 		deletes = append(deletes, del...)
 		if h.Action == ActDropJournal {
 			dropped = append(dropped, h)
@@ -234,8 +237,9 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 		case OpJournalDelete:
 			deletes = append(deletes, s.Key)
 		case OpUnlink:
+			t := time.Now()
 			err := e.write(func() error { return e.opt.Tree.Unlink(s.Key.ID, s.Link) })
-			tm.wrote(false)
+			tm.wrote(false, time.Since(t))
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return nil, err
 			}
@@ -244,8 +248,9 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 			}
 			nUnlink++
 		case OpLink:
+			t := time.Now()
 			err := e.write(func() error { return e.opt.Tree.Relink(s.Key.ID, s.Link) })
-			tm.wrote(true)
+			tm.wrote(true, time.Since(t))
 			switch {
 			case err == nil, errors.Is(err, fs.ErrExist):
 			case errors.Is(err, fs.ErrNotExist):
@@ -264,7 +269,9 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 			}
 			nLink++
 		case OpSetISER:
+			t := time.Now()
 			ok, err := e.pass(s)
+			tm.checked(time.Since(t))
 			if err != nil {
 				return nil, err
 			}
@@ -275,8 +282,9 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 			if ok == passDone {
 				continue
 			}
+			t = time.Now()
 			err = e.write(func() error { return e.opt.Tree.SetISER(s.Key.ID, s.On) })
-			tm.wrote(s.On)
+			tm.wrote(s.On, time.Since(t))
 			if err != nil {
 				return nil, err
 			}
@@ -301,21 +309,40 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 
 // healTimes is when a heal's writes ended (debug): its first write, and
 // its first write that can bind a listener (a link, iser=1).
-type healTimes struct{ first, firstOn time.Time }
+// Until that binding write: the time in the writes and in the
+// preconditions checked by execute.
+type healTimes struct {
+	first, firstOn  time.Time
+	writes, checks  time.Duration
+	nWrites, nCheck int
+}
 
-func (t *healTimes) wrote(on bool) {
+func (t *healTimes) wrote(on bool, took time.Duration) {
+	now := time.Now()
 	if t.first.IsZero() {
-		t.first = time.Now()
+		t.first = now
 	}
-	if on && t.firstOn.IsZero() {
-		t.firstOn = time.Now()
+	if t.firstOn.IsZero() {
+		t.writes += took
+		t.nWrites++
+		if on {
+			t.firstOn = now
+		}
+	}
+}
+
+func (t *healTimes) checked(took time.Duration) {
+	if t.firstOn.IsZero() {
+		t.checks += took
+		t.nCheck++
 	}
 }
 
 // logHeal tells where a heal's time went (debug): from the start of
 // apply to the heal's start, its first write and its first binding write
-// (ended), and the heal's end.
-func (e *Engine) logHeal(h Heal, start, began time.Time, tm healTimes) {
+// (ended), and the heal's end; the journal batches so far (their
+// preconditions included) and the journal writes in them.
+func (e *Engine) logHeal(h Heal, start, began time.Time, tm healTimes, batches, journal time.Duration) {
 	if !e.log.Enabled(context.Background(), slog.LevelDebug) {
 		return
 	}
@@ -326,7 +353,9 @@ func (e *Engine) logHeal(h Heal, start, began time.Time, tm healTimes) {
 		return t.Sub(start)
 	}
 	e.log.Debug("heal", "endpoint", h.Endpoint.String(), "action", h.Action.String(), "steps", len(h.Steps),
-		"began", began.Sub(start), "first_write", since(tm.first), "first_bind", since(tm.firstOn), "ended", time.Since(start))
+		"began", began.Sub(start), "first_write", since(tm.first), "first_bind", since(tm.firstOn), "ended", time.Since(start),
+		"journal_batches", batches, "journal_writes", journal,
+		"writes_to_bind", tm.nWrites, "in_writes", tm.writes, "checks_to_bind", tm.nCheck, "in_checks", tm.checks)
 }
 
 // write makes one configfs write, counting it and the time spent in it

@@ -37,7 +37,7 @@ func runKernel(t *testing.T, series string, scenarios []string) {
 	if len(scenarios) == 0 {
 		return
 	}
-	timeout := bootTimeout(t, len(scenarios))
+	timeout := bootTimeout(t, scenarios)
 	if dl, ok := t.Deadline(); ok {
 		// Stop the VM cleanly before `go test -timeout` panics (the default
 		// of 10 minutes is too short for both kernels: use -timeout 60m).

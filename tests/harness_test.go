@@ -373,8 +373,32 @@ func firstLines(s string, n int) string {
 	return strings.Join(l, " | ")
 }
 
+// scenarioLimit is the limit a scenario declares for itself in a line
+// "# e2e-limit: <seconds>" (lib.sh's run_scenario kills it after that;
+// 300 s when it declares none), 0 when none: a scenario that is long by
+// design (shared-iser-scale: 256 sharers, each iser=1 spawning modprobe)
+// gets its own budget, in the guest and in the boot's.
+func scenarioLimit(name string) time.Duration {
+	base, _, _ := strings.Cut(name, "@")
+	files, _ := filepath.Glob(filepath.Join("guest", "scenarios", "[0-9][0-9]-"+base+".sh"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "# e2e-limit:"); ok {
+				if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n > 0 {
+					return time.Duration(n) * time.Second
+				}
+			}
+		}
+	}
+	return 0
+}
+
 // bootTimeout is the hard limit of one boot.
-func bootTimeout(t *testing.T, scenarios int) time.Duration {
+func bootTimeout(t *testing.T, scenarios []string) time.Duration {
 	if s := os.Getenv(envTimeout); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil {
@@ -382,7 +406,10 @@ func bootTimeout(t *testing.T, scenarios int) time.Duration {
 		}
 		return d
 	}
-	d := 90*time.Second + time.Duration(scenarios)*150*time.Second
+	d := 90 * time.Second
+	for _, n := range scenarios {
+		d += max(150*time.Second, scenarioLimit(n))
+	}
 	if b := benchCount(); b > 0 {
 		d += time.Duration(b) * 20 * time.Second
 	}

@@ -348,11 +348,15 @@ run_scenario() {
 	fi
 	rm -f "/tmp/e2e/$_name.result"
 	_t0=$(e2eutil now)
-	E2E_NAME=$_name timeout -s KILL "${E2E_TIMEOUT:-300}" /bin/dash -c ". /e2e/lib.sh; . $_f"
+	# A scenario long by design declares its limit: "# e2e-limit: <s>"
+	# (the harness adds it to the boot's).
+	_lim=$(sed -n 's/^# e2e-limit: *\([0-9][0-9]*\).*/\1/p' "$_f" | head -n 1)
+	_lim=${E2E_TIMEOUT:-${_lim:-300}}
+	E2E_NAME=$_name timeout -s KILL "$_lim" /bin/dash -c ". /e2e/lib.sh; . $_f"
 	_rc=$?
 	if [ ! -f "/tmp/e2e/$_name.result" ]; then
 		E2E_NAME=$_name W=/tmp/e2e/work/$_name dump_state
-		echo "E2E RESULT $_name FAIL ended (exit $_rc; 137 = killed by the ${E2E_TIMEOUT:-300}s timeout) without a verdict"
+		echo "E2E RESULT $_name FAIL ended (exit $_rc; 137 = killed by the ${_lim}s timeout) without a verdict"
 		echo FAIL >"/tmp/e2e/$_name.result"
 	fi
 	echo "E2E METRIC $_name wall_ms=$(e2eutil since "$_t0")"

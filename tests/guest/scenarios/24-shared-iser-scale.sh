@@ -13,6 +13,10 @@
 # request_module("ib_isert") (iscsi_target_configfs.c), i.e. spawn modprobe:
 # ~50 ms under TCG, so writing 1 to 256 sharers takes ~14 s here whoever
 # does it. setup_ms and teardown_ms (cleanup_all) are reported too.
+# The whole takes 200-250 s on a quiet machine (more under load, where
+# the default 300 s came close): its own limit, which the harness adds to
+# the boot's.
+# e2e-limit: 600
 NT=256
 A=192.0.2.1
 P=3260
