@@ -30,16 +30,8 @@ func TestCarriedObservationIsAFreshOne(t *testing.T) {
 	if testing.Short() {
 		seeds = 12
 	}
-	carried, rejudged, edits, patched, own := 0, 0, 0, 0, 0
-	defer func(f func(int) int) { maxPatch = f }(maxPatch)
+	carried, fresh := 0, 0
 	for seed := range seeds {
-		// Every other pair of seeds, a verdict judged again makes a list
-		// of its own instead of a patch over the baseline's.
-		if seed%4 >= 2 {
-			maxPatch = func(int) int { return 0 }
-		} else {
-			maxPatch = func(n int) int { return n/16 + 64 }
-		}
 		r := rand.New(rand.NewPCG(uint64(seed), 21))
 		k := rdmatest.NewSystem(t)
 		k.AddAddr("veth0", "192.0.2.1")
@@ -133,20 +125,10 @@ func TestCarriedObservationIsAFreshOne(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.shared && got.tok != e.base.obs.tok {
-				edits++ // configfs changed: carried with what the tree named read again
-			}
 			if got.shared {
-				if sameTables(&got, &e.base.obs) {
-					carried++
-				} else {
-					rejudged++
-					if len(got.eps.patch) > 0 {
-						patched++
-					} else if &got.eps.list[0] != &e.base.obs.eps.list[0] {
-						own++
-					}
-				}
+				carried++
+			} else {
+				fresh++
 			}
 			where := fmt.Sprintf("seed %d round %d (carried %v): %s", seed, round, got.shared, k)
 			if !reflect.DeepEqual(got.Ports, want.Ports) || !reflect.DeepEqual(got.Portals, want.Portals) ||
@@ -164,10 +146,10 @@ func TestCarriedObservationIsAFreshOne(t *testing.T) {
 		}
 		m.Close()
 	}
-	if carried == 0 || rejudged == 0 || edits == 0 || patched == 0 || own == 0 {
-		t.Fatalf("%d observations carried, %d judged again in part (%d patched, %d with a list of their own), %d across configfs edits: the test does not test them all", carried, rejudged, patched, own, edits)
+	if carried == 0 || fresh == 0 {
+		t.Fatalf("%d observations carried, %d fresh: the test does not test both", carried, fresh)
 	}
-	t.Logf("%d observations carried, %d judged again in part (%d patched, %d with a list of their own), %d across configfs edits", carried, rejudged, patched, own, edits)
+	t.Logf("%d observations carried, %d fresh", carried, fresh)
 }
 
 // memStore is an in-memory journal (Store) for the package's own tests.
@@ -252,8 +234,8 @@ func TestRejudgedWhenTheEntrysDeviceChanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !got.shared || sameTables(&got, &e.base.obs) {
-		t.Fatalf("shared %v, same tables %v: want the partly carried observation", got.shared, sameTables(&got, &e.base.obs))
+	if got.shared {
+		t.Fatal("carried an observation whose tables changed")
 	}
 	if v := got.verdict(ep); v.State != StateStranded || v.EntryGUID != 0x200 {
 		t.Fatalf("verdict %+v, want stranded on GUID 0x200", v)

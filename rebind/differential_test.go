@@ -242,7 +242,7 @@ func (w *twin) round() error {
 	return err
 }
 
-const opCount = 25
+const opCount = 26
 
 // do applies step op (arg: its randomness) to the world, and says what
 // it did.
@@ -357,13 +357,23 @@ func (w *twin) do(op int, arg uint64) string {
 	case 22:
 		k.RemovePort(port)
 		return "admin removes port " + port
+	case 25:
+		id := fmt.Sprint(10 + r.IntN(2))
+		if r.IntN(2) == 0 {
+			k.AddPort(id, "fc", "fc", "nn-0x1000:pn-0x2000", "none")
+			return "admin creates FC port " + id
+		}
+		k.RemovePort(id)
+		return "admin removes port " + id
 	case 24:
 		w.reset("rxe0", 0x3333, "veth0")
 		return "rxe0 replaced by a card of another node GUID"
 	case 23:
 		w.writeSaved([]string{fmt.Sprintf(`{"portid": %s, "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": %q, "trsvcid": "4420"}, "subsystems": [%q]}`, port, ip, nqnB)})
-		cfg := w.cfg
-		w.e.SetConfig(cfg) // a reload reads the saved config again
+		if r.IntN(2) == 0 {
+			return "saved config edited"
+		}
+		w.e.SetConfig(w.cfg) // a reload
 		return "saved config edited and reloaded"
 	}
 	return "nothing"

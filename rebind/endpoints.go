@@ -9,12 +9,6 @@ import "github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
 type endpointIndex struct {
 	at   map[epKey]int32
 	list []endpointEntry
-	// patch holds, by index, the verdicts that differ from list's: an
-	// observation carried from its baseline with the endpoints an event
-	// touched judged again (rejudge) shares the baseline's list and
-	// patches those, so an event costs what it touched, not a copy of
-	// every endpoint. Never written once the observation is made.
-	patch map[int32]Verdict
 	// nextPort[i] is the port after Ports[i] on its endpoint (-1: none);
 	// nextPortal likewise for Portals.
 	nextPort, nextPortal []int32
@@ -26,23 +20,8 @@ type endpointEntry struct {
 	first, last int32 // the endpoint's first and last object (ports or portals by its kind); -1: none
 }
 
-// verdictAt is the verdict of entry i.
-func (x *endpointIndex) verdictAt(i int32) Verdict {
-	if v, ok := x.patch[i]; ok {
-		return v
-	}
-	return x.list[i].v
-}
-
-// get returns entry i: list's, or a copy with its patched verdict.
-func (x *endpointIndex) get(i int32) *endpointEntry {
-	if v, ok := x.patch[i]; ok {
-		e := x.list[i]
-		e.v = v
-		return &e
-	}
-	return &x.list[i]
-}
+// get returns entry i.
+func (x *endpointIndex) get(i int32) *endpointEntry { return &x.list[i] }
 
 // entry returns ep's entry, judging it the first time it is asked for.
 func (o *Observed) entry(ep Endpoint) *endpointEntry {

@@ -21,7 +21,7 @@ func assemble(p *Planned, obs *Observed, cfg Config, sel Selection) {
 	var next map[epKey]int // the next holder of endpoints held by several objects
 	take := func(ep Endpoint) {
 		k := ep.key()
-		d := p.decided.get(k)
+		d := p.decided[k]
 		i := 0
 		if len(d.items) > 1 {
 			if next == nil {

@@ -66,13 +66,9 @@ type Engine struct {
 	mem       Memory
 	bootUntil time.Time
 	base      *Baseline // the last round's observation and plan: select's baseline
-	// learnt are the decisions memory was last learnt from (Learn), none
-	// (the zero value) once anything else has written memory since (a
-	// reload, a forced retry, a heal's outcome). Learn is idempotent (a
-	// property test of the package): a round whose plan carries exactly
-	// those decisions — a steady round, which decides nothing — has
-	// nothing to learn.
-	learnt  decisions
+	// decided is every managed endpoint's decision, decided in place by
+	// the rounds: a round replaces those it selects (decide).
+	decided map[epKey]*decision
 	results map[Key]Outcome
 	stats   Stats
 	views   [2]rdma.Index // the kernel tables' index of a round's two observations, storage reused
@@ -147,7 +143,7 @@ func (e *Engine) Retry(k Key) {
 func (e *Engine) takeRequests() {
 	if c := e.wantCfg.Load(); c != e.cfgIn {
 		e.cfgIn, e.cfg = c, *c
-		e.mem, e.learnt = e.mem.restarted(), decisions{}
+		e.mem = e.mem.restarted()
 		e.base = nil
 	}
 	e.inbox.Lock()
@@ -161,7 +157,7 @@ func (e *Engine) takeRequests() {
 				ep = it.Endpoint
 			}
 		}
-		e.mem, e.learnt = e.mem.forced(k, ep), decisions{}
+		e.mem = e.mem.forced(k, ep)
 	}
 }
 
@@ -174,7 +170,7 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 	start := time.Now()
 	e.takeRequests()
 	if e.opt.Exhaustive {
-		e.base, e.learnt = nil, decisions{}
+		e.base = nil
 	}
 	obs, err := e.observe(e.cfg, e.base, nil, &e.views[0])
 	if err != nil {
@@ -183,7 +179,8 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 	}
 	observed := time.Now()
 	sel := Select(&obs, e.mem, e.base)
-	pl := decide(&obs, e.mem, e.cfg, sel)
+	pl := decide(&obs, e.mem, e.cfg, sel, e.decided)
+	e.decided = pl.decided
 	planned, w0, j0 := time.Now(), e.stats.WriteTime, e.stats.JournalTime
 	outcomes, ran, verified, err := e.act(ctx, &obs, &pl, &sel)
 	if err != nil {
@@ -231,7 +228,7 @@ func (e *Engine) act(ctx context.Context, obs *Observed, pl *Planned, sel *Selec
 	if len(done) > 0 {
 		obs2, err := e.observe(e.cfg, e.base, obs.Devices, &e.views[1]) // e.base: nil when exhaustive
 		outcomes = verify(done, &obs2, err, time.Now())
-		e.mem, e.learnt = learnOutcomes(e.mem, outcomes, obs2.Now), decisions{}
+		e.mem = learnOutcomes(e.mem, outcomes, obs2.Now)
 		for _, p := range done {
 			ran[p.heal.Endpoint] = true
 		}
@@ -245,7 +242,8 @@ func (e *Engine) act(ctx context.Context, obs *Observed, pl *Planned, sel *Selec
 		base = nil
 	}
 	*obs, *sel = next, Select(&next, e.mem, base)
-	*pl = decide(obs, e.mem, e.cfg, *sel)
+	*pl = decide(obs, e.mem, e.cfg, *sel, e.decided)
+	e.decided = pl.decided
 	return outcomes, ran, time.Since(acted), nil
 }
 
@@ -253,10 +251,7 @@ func (e *Engine) act(ctx context.Context, obs *Observed, pl *Planned, sel *Selec
 // changed, and the baseline of the next round's selection.
 func (e *Engine) learn(obs *Observed, pl *Planned, sel Selection) {
 	var pinsChanged bool
-	if !pl.carried || !pl.decided.same(e.learnt) {
-		e.mem, pinsChanged = Learn(e.mem, pl.endpoints(), pl.Items, obs.Now)
-		e.learnt = pl.decided
-	}
+	e.mem, pinsChanged = Learn(e.mem, pl.endpoints(), pl.Items, obs.Now)
 	if pinsChanged && e.opt.Store != nil && !e.opt.DryRun {
 		if err := e.opt.Store.SavePins(e.mem.Pins); err != nil {
 			e.log.Warn("pins not saved", "err", err)
@@ -264,7 +259,7 @@ func (e *Engine) learn(obs *Observed, pl *Planned, sel Selection) {
 	}
 	e.base = baseline(*obs, *pl)
 	if e.opt.Exhaustive {
-		e.base, e.learnt = nil, decisions{}
+		e.base = nil
 	}
 	if sel.Size() == 0 && len(pl.Heals) == 0 {
 		e.stats.Unchanged++

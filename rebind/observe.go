@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io/fs"
 	"net/netip"
-	"slices"
 	"time"
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
@@ -103,15 +102,19 @@ type Observed struct {
 	// trees: part of the round's Sight.
 	Configfs ConfigfsSight
 
+	// prev are the devices of the round's first observation, when this one
+	// is its verification: their GID tables are reused (TableReader).
+	prev []rdma.Device
+
 	// Derived once from the fields above (prepared), never changed after:
 	index *rdma.Index // the kernel tables' index (rdma)
 	// tok is the Tree's generation the configfs fields were read at, when
 	// stable: nothing changed while they were read (Generational).
 	tok    uint64
 	stable bool
-	// shared: the configfs fields and eps are the baseline's (carried):
-	// never written, a verdict asked of an endpoint not in eps is judged
-	// without adding it.
+	// shared: the configfs fields and eps are the baseline's (carried
+	// whole: every input and configfs read the same): never written, a
+	// verdict asked of an endpoint not in eps is judged without adding it.
 	shared   bool
 	portAddr []parsedAddr  // Ports[i]'s address, parsed
 	eps      endpointIndex // every endpoint: its verdict and objects
@@ -234,51 +237,20 @@ func (e *Engine) observe(cfg Config, base *Baseline, prev []rdma.Device, into *r
 	if at := e.eventAt.Load(); at != 0 {
 		obs.EventAt = time.Unix(0, at)
 	}
-	if r, ok := e.opt.Kernel.(TableReader); ok {
-		t := r.Read(prev)
-		obs.Devices, obs.DevicesErr, obs.Addrs, obs.AddrsErr = t.Devices, t.DevicesErr, t.Addrs, t.AddrsErr
-	} else {
-		obs.Devices, obs.DevicesErr = e.opt.Kernel.Devices()
-		obs.Addrs, obs.AddrsErr = e.opt.Kernel.Addrs()
-	}
-	if obs.DevicesErr != nil {
-		obs.ListenersErr = obs.DevicesErr
-	} else {
-		obs.Listeners, obs.ListenersErr = e.opt.Kernel.CMIDs(obs.Devices)
-	}
-	obs.TCP, obs.TCPErr = nil, errNoTCP
-	if t, ok := e.opt.Kernel.(TCPKernel); ok {
-		obs.TCP, obs.TCPErr = t.TCPListeners()
-	}
-	obs.unknown = unknownReason(obs.ListenersErr)
-	obs.JournalErrs = slices.Clone(e.opt.Quarantined)
-	if e.opt.Store != nil {
-		var bad []error
-		obs.Journal, bad = e.opt.Store.Load()
-		obs.JournalErrs = append(obs.JournalErrs, bad...)
-	}
-	if e.opt.Declared != nil && (cfg.NvmetConfig != "" || cfg.TargetConfig != "") {
-		d, err := e.opt.Declared(cfg)
-		if err != nil {
-			e.log.Warn("saved config unreadable; boot completion skipped", "err", err)
-		}
-		obs.Declared = d
-	}
+	obs.prev = prev
+	e.readInputs(cfg, &obs)
 	declared := map[string]bool{}
 	for _, d := range obs.Declared {
 		if d.Kind == KindNvmet {
 			declared[d.ID] = true
 		}
 	}
-	if e.opt.Probe != nil {
-		obs.Configfs = e.opt.Probe()
-	}
 	g, generational := e.opt.Tree.(Generational)
 	var tokOK bool
 	if generational {
 		obs.tok, tokOK = g.Generation()
 	}
-	if obs.fromBaseline(base, tokOK, e.opt.Tree, into, declared) {
+	if obs.fromBaseline(base, tokOK, e.opt.Tree, into) {
 		return obs, nil
 	}
 	ports, err := e.opt.Tree.Ports()

@@ -3,6 +3,7 @@ package rebind
 import (
 	"fmt"
 	"iter"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -39,10 +40,11 @@ type Settled struct {
 type Planned struct {
 	Items []Item // one per configfs object (status), in configfs order
 	Heals []Heal // what apply executes, in order
-	// decided is every managed endpoint's decision: the baseline the next
-	// round's selection carries for the endpoints it does not decide.
-	decided decisions
-	carried bool // every decision is the baseline's
+	// decided is every managed endpoint's decision: for the loop, its own
+	// map, decided in place round after round (a selection replaces the
+	// decisions of the endpoints it selects and keeps the others).
+	decided map[epKey]*decision
+	carried bool // nothing was decided: every decision is the baseline's
 	fresh   bool // every decision is this plan's own (it selected all)
 	// timed are the endpoints whose decision depends on the clock or on
 	// memory a round changes: decided again every round (select).
@@ -53,7 +55,7 @@ type Planned struct {
 // remembers: its decision's (in no order).
 func (p *Planned) endpoints() iter.Seq[EndpointState] {
 	return func(yield func(EndpointState) bool) {
-		for _, d := range p.decided.all() {
+		for _, d := range p.decided {
 			if !yield(d.es) {
 				return
 			}
@@ -91,18 +93,25 @@ func Plan(obs Observed, mem Memory, cfg Config) Planned {
 }
 
 // plan decides the endpoints sel selects (carrying the decisions of the
-// others from sel's baseline) and assembles the status of every object.
+// others from sel's baseline, which it does not change) and assembles the
+// status of every object.
 func plan(obs Observed, mem Memory, cfg Config, sel Selection) Planned {
 	obs = prepared(obs)
-	p := decide(&obs, mem, cfg, sel)
+	var ds map[epKey]*decision
+	if !sel.all && sel.prev != nil {
+		ds = maps.Clone(sel.prev.decided)
+	}
+	p := decide(&obs, mem, cfg, sel, ds)
 	assemble(&p, &obs, cfg, sel)
 	return p
 }
 
-// decide plans the endpoints sel selects: their heals and decisions; the
-// decisions of the others are carried from sel's baseline. Heals come in
-// endpoint order, then the journal entries of objects gone.
-func decide(obs *Observed, mem Memory, cfg Config, sel Selection) Planned {
+// decide plans the endpoints sel selects: their heals and decisions,
+// written into ds in place — the decisions of sel's baseline, whose other
+// endpoints keep theirs; a plan of every endpoint starts ds afresh (nil: a
+// new map). Heals come in endpoint order, then the journal entries of
+// objects gone.
+func decide(obs *Observed, mem Memory, cfg Config, sel Selection, ds map[epKey]*decision) Planned {
 	declared := map[Key]*Declared{}
 	if obs.windowOpen() {
 		for i := range obs.Declared {
@@ -166,29 +175,31 @@ func decide(obs *Observed, mem Memory, cfg Config, sel Selection) Planned {
 			holders += len(g.holders)
 		}
 	}
-	var p Planned
+	p := Planned{decided: ds}
 	switch {
 	case sel.all || sel.prev == nil:
-		p.decided, p.fresh = decisions{own: make(map[epKey]*decision, len(groups))}, true
-	case len(groups) == 0 && len(sel.dirty) == 0 && len(sel.prev.timed) == 0:
-		p.decided, p.carried = sel.prev.decided, true // nothing to decide: every decision is carried (never written after it is made)
+		if p.decided == nil {
+			p.decided = make(map[epKey]*decision, len(groups))
+		}
+		clear(p.decided)
+		p.fresh = true
 	default:
-		p.decided = sel.prev.decided.over()
+		p.carried = len(groups) == 0 && len(sel.dirty) == 0 && len(sel.prev.timed) == 0
 		for ep := range sel.dirty {
-			p.decided.forget(ep)
+			delete(p.decided, ep)
 		}
 		for _, ep := range sel.prev.timed {
-			p.decided.forget(ep)
+			delete(p.decided, ep)
 		}
 	}
 	slices.SortFunc(groups, func(a, b group) int { return compareEndpoints(a.ep, b.ep) })
 	// The decisions and their status items, in one allocation each.
-	ds, items := make([]decision, len(groups)), make([]Item, holders)
+	dslab, items := make([]decision, len(groups)), make([]Item, holders)
 	for i := range groups {
-		g, d := &groups[i], &ds[i]
+		g, d := &groups[i], &dslab[i]
 		d.items, items = items[:len(g.holders):len(g.holders)], items[len(g.holders):]
 		h := planEndpoint(d, g, obs, mem, cfg)
-		p.decided.own[g.ep.key()] = d
+		p.decided[g.ep.key()] = d
 		if d.timed {
 			// Carried decisions are never timed: every timed one of
 			// the baseline is decided again.
@@ -199,7 +210,6 @@ func decide(obs *Observed, mem Memory, cfg Config, sel Selection) Planned {
 		}
 	}
 	p.Heals = append(p.Heals, dropGone(obs)...)
-	p.decided.flatten()
 	return p
 }
 

@@ -2,7 +2,6 @@ package rebind
 
 import (
 	"maps"
-	"reflect"
 	"slices"
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
@@ -82,10 +81,13 @@ func Select(obs *Observed, mem Memory, base *Baseline) Selection {
 		return All()
 	}
 	b := &base.obs
-	if !sameErr(obs.DevicesErr, b.DevicesErr) || !sameErr(obs.AddrsErr, b.AddrsErr) ||
-		!sameErr(obs.ListenersErr, b.ListenersErr) || !sameErr(obs.PortalsErr, b.PortalsErr) || !sameErr(obs.TCPErr, b.TCPErr) ||
-		!reflect.DeepEqual(obs.Declared, b.Declared) {
+	if !sameErr(obs.PortalsErr, b.PortalsErr) {
 		return All()
+	}
+	for _, in := range inputs {
+		if in.everyEndpoint(obs, b) {
+			return All()
+		}
 	}
 	dirty := map[epKey]bool{}
 	changed := false // some object, verdict or request differs from the baseline's
@@ -101,32 +103,34 @@ func Select(obs *Observed, mem Memory, base *Baseline) Selection {
 			dirty[Endpoint{KindLIO, p.Addr}.key()] = true
 		}
 	}
-	pair(obs.Ports, b.Ports, func(p configfs.Port) string { return p.ID }, func(x, y configfs.Port) bool { return x.ID == y.ID }, func(i, j int) {
-		switch {
-		case j < 0:
-			markPort(obs, i)
-		case i < 0:
-			markPort(b, j)
-		case !samePort(obs.Ports[i], b.Ports[j]):
-			markPort(obs, i)
-			markPort(b, j)
+	if !obs.shared { // carried whole: the baseline's very objects and verdicts
+		pair(obs.Ports, b.Ports, func(p configfs.Port) string { return p.ID }, func(x, y configfs.Port) bool { return x.ID == y.ID }, func(i, j int) {
+			switch {
+			case j < 0:
+				markPort(obs, i)
+			case i < 0:
+				markPort(b, j)
+			case !samePort(obs.Ports[i], b.Ports[j]):
+				markPort(obs, i)
+				markPort(b, j)
+			}
+		})
+		pair(obs.Portals, b.Portals, configfs.Portal.ID, func(x, y configfs.Portal) bool {
+			return x.IQN == y.IQN && x.TPG == y.TPG && x.NP == y.NP
+		}, func(i, j int) {
+			switch {
+			case j < 0:
+				markPortal(obs.Portals[i])
+			case i < 0:
+				markPortal(b.Portals[j])
+			case !samePortal(obs.Portals[i], b.Portals[j]):
+				markPortal(obs.Portals[i])
+				markPortal(b.Portals[j])
+			}
+		})
+		for _, i := range changedVerdicts(&obs.eps, &b.eps) {
+			dirty[obs.eps.list[i].ep.key()], changed = true, true
 		}
-	})
-	pair(obs.Portals, b.Portals, configfs.Portal.ID, func(x, y configfs.Portal) bool {
-		return x.IQN == y.IQN && x.TPG == y.TPG && x.NP == y.NP
-	}, func(i, j int) {
-		switch {
-		case j < 0:
-			markPortal(obs.Portals[i])
-		case i < 0:
-			markPortal(b.Portals[j])
-		case !samePortal(obs.Portals[i], b.Portals[j]):
-			markPortal(obs.Portals[i])
-			markPortal(b.Portals[j])
-		}
-	})
-	for _, i := range changedVerdicts(&obs.eps, &b.eps) {
-		dirty[obs.eps.list[i].ep.key()], changed = true, true
 	}
 	if len(obs.Journal)+len(mem.Forced) > 0 {
 		named := func(k Key) bool {
@@ -148,23 +152,9 @@ func Select(obs *Observed, mem Memory, base *Baseline) Selection {
 }
 
 // changedVerdicts lists the entries of x whose endpoint is not in y or
-// whose verdict there differs. When x shares y's list (carried, some
-// verdicts judged again: patch), only the patched entries can differ.
+// whose verdict there differs.
 func changedVerdicts(x, y *endpointIndex) []int32 {
 	var out []int32
-	if len(x.list) > 0 && len(x.list) == len(y.list) && &x.list[0] == &y.list[0] {
-		for i := range x.patch {
-			if x.verdictAt(i) != y.verdictAt(i) {
-				out = append(out, i)
-			}
-		}
-		for i := range y.patch {
-			if _, both := x.patch[i]; !both && x.verdictAt(i) != y.verdictAt(i) {
-				out = append(out, i)
-			}
-		}
-		return out
-	}
 	for i := range x.list {
 		// The same objects in the same order index the same endpoints in
 		// the same order: compare side by side, else by key.
@@ -173,7 +163,7 @@ func changedVerdicts(x, y *endpointIndex) []int32 {
 		if !ok {
 			j, ok = y.at[ep.key()]
 		}
-		if !ok || x.verdictAt(int32(i)) != y.verdictAt(j) {
+		if !ok || x.list[i].v != y.list[j].v {
 			out = append(out, int32(i))
 		}
 	}

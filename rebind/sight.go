@@ -110,21 +110,16 @@ func ProbeConfigfs(root string) ConfigfsSight {
 // sight is what the observation saw, with cfg's watched subnets and saved
 // configs.
 func (o *Observed) sight(cfg Config) Sight {
-	s := Sight{Configfs: o.Configfs, Netlink: o.ListenersErr, Addrs: o.AddrsErr, TCP: o.TCPErr,
-		NvmetWanted: cfg.NvmetConfig != "", LIOWanted: cfg.TargetConfig != ""}
+	s := Sight{NvmetWanted: cfg.NvmetConfig != "", LIOWanted: cfg.TargetConfig != ""}
+	for _, in := range inputs {
+		in.sight(o, &s)
+	}
 	for _, p := range o.Ports {
 		s.RDMAWanted = s.RDMAWanted || p.Trtype == configfs.TransportRDMA
 		s.TCPWanted = s.TCPWanted || p.Trtype == configfs.TransportTCP
 	}
 	for _, p := range o.Portals {
 		s.RDMAWanted = s.RDMAWanted || p.ISER
-	}
-	for k := range o.Journal {
-		if k.Kind == KindNvmet {
-			s.NvmetWanted = true
-		} else {
-			s.LIOWanted = true
-		}
 	}
 	for _, p := range o.Ports {
 		if p.Err == nil || p.Trtype != "" && p.Trtype != configfs.TransportRDMA && p.Trtype != configfs.TransportTCP {

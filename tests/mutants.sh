@@ -17,17 +17,17 @@ trap 'rm -rf "$work"' EXIT
 
 mutants() {
 	cat <<'EOF'
-M1	rebind/carry.go	s/!tcp\[e\.ep\.Addr\]/!(tcp[e.ep.Addr] \&\& false)/	rejudge ignores a TCP socket that came or went
-M2	rebind/carry.go	s/d\.DeviceChanged\(was\.EntryDev\)/(d.DeviceChanged(was.EntryDev) \&\& false)/	rejudge ignores a change of the device a listener was on
-M3	rebind/carry.go	s/if p\.ISER != portals\[i\]\.ISER \{/if false {/	edited ignores an iser the admin changed
+M1	rebind/carry.go	s/b\.obs\.tok == o\.tok \&\& /true \&\& /	an observation is carried although configfs moved
+M2	rebind/inputs.go	s/\&\& slices\.Equal\(o\.TCP, b\.TCP\)//	a change of the TCP sockets in LISTEN is not seen
+M3	rebind/inputs.go	s/\&\&\n\t\t\t\trdma\.SameListeners\(o\.Listeners, b\.Listeners\)//	a change of the cm_id listeners is not seen
 M4	rebind/select.go	s/range changedVerdicts\(&obs\.eps, &b\.eps\) \{/range changedVerdicts(&obs.eps, &b.eps)[:0] {/	select ignores verdicts that changed
 M5	rebind/select.go	s/for _, k := range s\.prev\.timed \{\n\t\tout\[k\] = true/for _, k := range s.prev.timed {\n\t\t_ = k/	select forgets the endpoints decided by the clock
-M6	rebind/loop.go	s/if !pl\.carried \|\| !pl\.decided\.same\(e\.learnt\) \{/if !pl.carried {/	learn skipped whenever the plan carried its decisions
 M7	rebind/observe.go	s/if _, journaled := journal\[Key\{KindNvmet, p\.ID\}\]; /if journaled := false; /	a journaled port's links are not read when it listens
 M8	rebind/select.go	s/if len\(obs\.Journal\)\+len\(mem\.Forced\) > 0 \{/if false {/	select ignores the journal and manual rebinds
-M9	rebind/endpoints.go	s/if v, ok := x\.patch\[i\]; ok \{\n\t\treturn v/if v, ok := x.patch[i]; ok \&\& false {\n\t\treturn v/	a patched verdict is read from the baseline's list
-M10	rebind/plan.go	s/for ep := range sel\.dirty \{\n\t\t\tp\.decided\.forget\(ep\)\n\t\t\}//	a plan keeps the baseline's decision of an endpoint it selected and found gone
-M11	rebind/carry.go	s/if !slices\.Equal\(links, ports\[i\]\.Links\) \{/if false {/	edited ignores links the admin changed
+M9	rebind/select.go	s/if !obs\.shared \{/if false {/	select never compares objects and verdicts
+M10	rebind/plan.go	s/for ep := range sel\.dirty \{\n\t\t\tdelete\(p\.decided, ep\)/for ep := range sel.dirty {\n\t\t\t_ = ep/	a plan keeps the baseline's decision of an endpoint it selected and found gone
+M11	rebind/items.go	s/if sel\.same \&\& p\.carried/if p.carried/	status items reused although objects changed
+M12	rebind/inputs.go	s/everyEndpoint: func\(o, b \*Observed\) bool \{ return !slices\.EqualFunc\(o\.Declared, b\.Declared, Declared\.equal\) \}/everyEndpoint: func(o, b *Observed) bool { return false }/	an edited saved config decides nothing again
 EOF
 }
 
@@ -39,7 +39,7 @@ mutants | while IFS='	' read -r name file subst what; do
 	fi
 	rm -rf "$work/tree"
 	mkdir -p "$work/tree"
-	(cd "$root" && git ls-files -z | xargs -0 cp -P --parents -t "$work/tree")
+	(cd "$root" && git ls-files -z --cached --others --exclude-standard | xargs -0 sh -c 'for f; do [ -e "$f" ] || [ -L "$f" ] && cp -P --parents "$f" "$0"; done; true' "$work/tree")
 	cp "$root/$file" "$work/tree/$file"
 	before=$(md5sum <"$work/tree/$file")
 	perl -0pi -e "$subst" "$work/tree/$file"

@@ -1,0 +1,132 @@
+package rebind
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
+)
+
+// input is one thing an observation reads besides the configfs trees,
+// declared once: how it is read, when two readings are the same, what a
+// change of it can change, and what Sight says of it. Carrying an
+// observation (carry.go), selecting the endpoints to decide (select.go),
+// the round's Sight and the differential test's inputs all go through
+// the list; adding an input is one entry here (and its field in
+// Observed).
+type input struct {
+	name string
+	// read fills the input's fields of o.
+	read func(e *Engine, cfg Config, o *Observed)
+	// same tells whether o and b read the same of it.
+	same func(o, b *Observed) bool
+	// everyEndpoint: a change of it can change the plan of any endpoint,
+	// so the round decides them all. Otherwise what it changes shows in
+	// the endpoints' verdicts (select compares them) or in the objects it
+	// names (the journal).
+	everyEndpoint func(o, b *Observed) bool
+	// sight fills what the round's Sight says of it.
+	sight func(o *Observed, s *Sight)
+}
+
+// inputs are the observation's inputs, in the order they are read: the
+// kernel's tables first (which listeners are alive decides how much of
+// configfs is read), configfs's root last, just before the trees.
+var inputs = []input{
+	{
+		name: "rdma: devices, addresses, cm_id listeners",
+		read: func(e *Engine, _ Config, o *Observed) {
+			if r, ok := e.opt.Kernel.(TableReader); ok {
+				t := r.Read(o.prev)
+				o.Devices, o.DevicesErr, o.Addrs, o.AddrsErr = t.Devices, t.DevicesErr, t.Addrs, t.AddrsErr
+			} else {
+				o.Devices, o.DevicesErr = e.opt.Kernel.Devices()
+				o.Addrs, o.AddrsErr = e.opt.Kernel.Addrs()
+			}
+			o.Listeners, o.ListenersErr = nil, o.DevicesErr
+			if o.DevicesErr == nil {
+				o.Listeners, o.ListenersErr = e.opt.Kernel.CMIDs(o.Devices)
+			}
+			o.unknown = unknownReason(o.ListenersErr)
+		},
+		same: func(o, b *Observed) bool {
+			return sameErr(o.DevicesErr, b.DevicesErr) && sameErr(o.AddrsErr, b.AddrsErr) && sameErr(o.ListenersErr, b.ListenersErr) &&
+				slices.EqualFunc(o.Devices, b.Devices, rdma.Device.Equal) && slices.EqualFunc(o.Addrs, b.Addrs, rdma.Addr.Equal) &&
+				rdma.SameListeners(o.Listeners, b.Listeners)
+		},
+		everyEndpoint: func(o, b *Observed) bool {
+			return !sameErr(o.DevicesErr, b.DevicesErr) || !sameErr(o.AddrsErr, b.AddrsErr) || !sameErr(o.ListenersErr, b.ListenersErr)
+		},
+		sight: func(o *Observed, s *Sight) { s.Netlink, s.Addrs = o.ListenersErr, o.AddrsErr },
+	},
+	{
+		name: "tcp: sockets in LISTEN",
+		read: func(e *Engine, _ Config, o *Observed) {
+			o.TCP, o.TCPErr = nil, errNoTCP
+			if t, ok := e.opt.Kernel.(TCPKernel); ok {
+				o.TCP, o.TCPErr = t.TCPListeners()
+			}
+		},
+		same:          func(o, b *Observed) bool { return sameErr(o.TCPErr, b.TCPErr) && slices.Equal(o.TCP, b.TCP) },
+		everyEndpoint: func(o, b *Observed) bool { return !sameErr(o.TCPErr, b.TCPErr) },
+		sight:         func(o *Observed, s *Sight) { s.TCP = o.TCPErr },
+	},
+	{
+		name: "journal: intents of heals under way",
+		read: func(e *Engine, _ Config, o *Observed) {
+			o.JournalErrs = slices.Clone(e.opt.Quarantined)
+			if e.opt.Store != nil {
+				var bad []error
+				o.Journal, bad = e.opt.Store.Load()
+				o.JournalErrs = append(o.JournalErrs, bad...)
+			}
+		},
+		same: func(o, b *Observed) bool {
+			return slices.EqualFunc(o.JournalErrs, b.JournalErrs, sameErr) && maps.EqualFunc(o.Journal, b.Journal, Intent.equal)
+		},
+		everyEndpoint: func(o, b *Observed) bool { return false }, // select decides the objects it names
+		sight: func(o *Observed, s *Sight) {
+			for k := range o.Journal {
+				if k.Kind == KindNvmet {
+					s.NvmetWanted = true
+				} else {
+					s.LIOWanted = true
+				}
+			}
+		},
+	},
+	{
+		name: "saved configs: what nvmetcli's and targetcli's files declare",
+		read: func(e *Engine, cfg Config, o *Observed) {
+			o.Declared = nil
+			if e.opt.Declared != nil && (cfg.NvmetConfig != "" || cfg.TargetConfig != "") {
+				d, err := e.opt.Declared(cfg)
+				if err != nil {
+					e.log.Warn("saved config unreadable; boot completion skipped", "err", err)
+				}
+				o.Declared = d
+			}
+		},
+		same:          func(o, b *Observed) bool { return slices.EqualFunc(o.Declared, b.Declared, Declared.equal) },
+		everyEndpoint: func(o, b *Observed) bool { return !slices.EqualFunc(o.Declared, b.Declared, Declared.equal) },
+		sight:         func(*Observed, *Sight) {},
+	},
+	{
+		name: "configfs root: mounted, nvmet and LIO loaded",
+		read: func(e *Engine, _ Config, o *Observed) {
+			if e.opt.Probe != nil {
+				o.Configfs = e.opt.Probe()
+			}
+		},
+		same:          func(o, b *Observed) bool { return o.Configfs.same(b.Configfs) },
+		everyEndpoint: func(o, b *Observed) bool { return false }, // seen by the trees' reads
+		sight:         func(o *Observed, s *Sight) { s.Configfs = o.Configfs },
+	},
+}
+
+// readInputs reads every input into o, in order.
+func (e *Engine) readInputs(cfg Config, o *Observed) {
+	for _, in := range inputs {
+		in.read(e, cfg, o)
+	}
+}
