@@ -28,7 +28,7 @@ func (c cacheOps) ReadDirNames(dir string) ([]string, error) {
 	m.stats.Reads++
 	if watched && err == nil {
 		n.setList(m.shareList(names))
-		if len(names) >= bigDir {
+		if len(names) >= m.opts.BigDir {
 			// A large directory's entries are each read next: their
 			// nodes keep the listing's names (kidName copies the ones it
 			// cannot find in a short listing).
@@ -39,7 +39,6 @@ func (c cacheOps) ReadDirNames(dir string) ([]string, error) {
 			}
 		}
 	} else {
-		m.noteWhole()
 		m.uncached++
 	}
 	return names, err
@@ -94,7 +93,6 @@ func (c cacheOps) ReadAttrs(dirs, names []string) []configfs.Attrs {
 		if n := missNodes[j]; watched[j] && key != 0 && cacheable(res[j]) {
 			m.setAttrs(n, key, &res[j])
 		} else {
-			m.noteWhole()
 			m.uncached++
 		}
 		out[i] = res[j]
@@ -198,7 +196,6 @@ func (c cacheOps) Lstat(path string) (fs.FileInfo, error) {
 		}
 		n.set(fStat)
 	} else {
-		m.noteWhole()
 		m.uncached++
 	}
 	return st, err
@@ -241,7 +238,6 @@ func (c cacheOps) Readlink(path string) (string, error) {
 		m.editErrs(n, func(e *nodeErrs) { e.link = err })
 		n.setLink(m.lastLink)
 	} else {
-		m.noteWhole()
 		m.uncached++
 	}
 	return target, err
@@ -270,7 +266,6 @@ func (c cacheOps) WriteAttr(path, value string) error {
 // touchEntry marks what creating or removing path changes: its parent's
 // listing and attributes, and path itself with everything under it.
 func (m *Model) touchEntry(path string) {
-	m.note(path)
 	m.gen++
 	if p := m.find(filepath.Dir(path)); p != nil {
 		p.clear(fList | fAttrs)
@@ -283,7 +278,6 @@ func (m *Model) touchEntry(path string) {
 // touchAttr marks what writing the attribute at path changes: the
 // attributes of its directory.
 func (m *Model) touchAttr(path string) {
-	m.note(path)
 	m.gen++
 	if p := m.find(filepath.Dir(path)); p != nil {
 		p.clear(fAttrs)

@@ -35,17 +35,14 @@
 // tell anyone about an admin's change: the daemon reconciles on kernel
 // events and its resync, as it did before the model.)
 //
-// # What changed since a token
+// # Generation
 //
-// Generation is a token that moves at every invalidation. Changes(tok)
-// names what may answer differently since tok: the ports whose Links and
-// the portals whose Portal may differ. Every invalidation is stamped
-// with the token before it — per port's links (a path under
-// nvmet/ports/<id>/subsystems), per portal (under
-// target/iscsi/<iqn>/<tpg>/np/<np>), or as "anything" (every other path,
-// a rescan, an uncached read) — and a stamp at tok or later is named; an
-// "anything" stamp makes the answer "cannot tell". The engine reads only
-// the named objects again after a heal's own writes (rebind: edited).
+// Generation is a token that moves at every invalidation (an event, the
+// model's own write, a rescan) and at every read answered by configfs
+// without being kept: the same token twice means every read in between
+// answered what a read now would; it has none (ok false) while reads go
+// to configfs (fallback). The engine carries an observation whole while
+// the token has not moved (rebind: Generational).
 //
 // # What is watched
 //

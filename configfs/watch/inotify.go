@@ -139,11 +139,6 @@ func (m *Model) event(wd int32, mask uint32, name string) {
 	if n == nil {
 		return // a watch the model removed (or replaced): nothing of it is cached
 	}
-	if name == "" || mask&(unix.IN_IGNORED|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_UNMOUNT) != 0 {
-		m.note(m.pathOf(n))
-	} else {
-		m.note(m.pathOf(n) + "/" + name)
-	}
 	m.gen++
 	switch {
 	case mask&unix.IN_UNMOUNT != 0:

@@ -26,8 +26,11 @@ type Options struct {
 	// has passed since the last check (default 20ms; negative: every
 	// read). Bursts of reads (one before each write of a heal) share one.
 	IdentEvery time.Duration
-	Logger     *slog.Logger     // slog.Default when nil
-	Now        func() time.Time // clock; time.Now when nil
+	// BigDir is the number of children from which a directory's are
+	// indexed by name (below it, they are searched in a chain). 0: 8.
+	BigDir int
+	Logger *slog.Logger     // slog.Default when nil
+	Now    func() time.Time // clock; time.Now when nil
 }
 
 // Stats counts what the model did since New.
@@ -90,11 +93,6 @@ type Model struct {
 	// linksGen (a resync without RDMA netlink reads every port's links).
 	memoLinks map[string][]configfs.Link
 	linksGen  uint64
-	// The stamps of the last invalidations (Changes): of anything, of each
-	// port's links, of each portal.
-	wholeAt   uint64
-	linksAt   map[string]uint64
-	portalAt  map[string]uint64
 	pending   string    // why the next read must rescan ("": no need)
 	lastIdent time.Time // when the top directories' identity was last checked
 
@@ -151,6 +149,9 @@ func New(fsys *configfs.FS, opts Options) (*Model, error) {
 	}
 	if opts.IdentEvery == 0 {
 		opts.IdentEvery = 20 * time.Millisecond
+	}
+	if opts.BigDir <= 0 {
+		opts.BigDir = 8
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -309,7 +310,6 @@ func (m *Model) rescan(trusted bool, why string) {
 	m.byWD, m.rootNode, m.big = map[int32]*node{}, nil, nil
 	m.keys, m.lastVals, m.lastLink, m.errs = nil, nil, nil, nil
 	m.lastLists = [4][]string{}
-	m.noteWhole()
 	m.gen++
 	for _, d := range m.topDirs()[:3] {
 		m.watch(m.node(d)) // root, nvmet, target: a tree appearing is noticed

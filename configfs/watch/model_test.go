@@ -604,70 +604,55 @@ func TestClose(t *testing.T) {
 	}
 }
 
-// Changes names what a heal's writes and an admin's change to one object
-// touched, with their events, however many writes there were; anything
-// else, or a rescan, is "cannot tell".
-func TestChangesNameTheObjects(t *testing.T) {
+// Generation holds while nothing changes, reads included, and moves at
+// every change: the model's own writes, an admin's (its event), a rescan.
+func TestGenerationMovesAtEveryChange(t *testing.T) {
 	w := newWorld(t, t.TempDir(), basic, Options{RescanEvery: -1})
-	w.same("start")
 	const a = "nqn.2014-08.org.example:a"
 	const portal = "iqn.2003-01.org.example:t1/tpgt_1/192.0.2.1:3260"
-	tok, ok := w.m.Generation()
-	if !ok {
-		t.Fatal("no generation")
-	}
-	changes := func(tok uint64) string {
-		ports, portals, ok := w.m.Changes(tok)
-		return fmt.Sprintf("%q %q %v", ports, portals, ok)
-	}
-	if got := changes(tok); got != `[] [] true` {
-		t.Fatalf("nothing written: %s", got)
-	}
-	if err := w.m.Relink("1", configfs.Link{Name: a, NQN: a}); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.m.SetISER(portal, true); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.link("2", a); err != nil { // an admin's link: its event only
-		t.Fatal(err)
-	}
-	if got, want := changes(tok), `["1" "2"] ["`+portal+`"] true`; got != want {
-		t.Fatalf("after a relink, an iser and a link: %s, want %s", got, want)
-	}
-	tok2, _ := w.m.Generation()
-	if got := changes(tok2); got != `[] [] true` {
-		t.Fatalf("since the writes: %s", got)
-	}
-	if err := w.admin().WriteAttr(w.path("nvmet/ports/10/addr_trsvcid"), "4421"); err != nil {
-		t.Fatal(err)
-	}
-	if got := changes(tok2); got != `[] [] false` {
-		t.Fatalf("after a port's attribute: %s, want cannot tell", got)
-	}
-	tok3, _ := w.m.Generation()
-	w.m.Rescan()
-	if got := changes(tok3); got != `[] [] false` {
-		t.Fatalf("after a rescan: %s, want cannot tell", got)
-	}
-	tok4, _ := w.m.Generation()
-	for i := range 1000 { // a heal of hundreds of ports writes as often
-		if err := w.m.SetISER(portal, i%2 == 1); err != nil {
-			t.Fatal(err)
+	gen := func() uint64 {
+		t.Helper()
+		tok, ok := w.m.Generation()
+		if !ok {
+			t.Fatal("no generation")
 		}
-		if _, err := w.m.Portals(); err != nil { // the event between two writes
-			t.Fatal(err)
-		}
-		op := w.m.Relink
-		if i%2 == 0 {
-			op = w.m.Unlink
-		}
-		if err := op("1", configfs.Link{Name: a, NQN: a}); err != nil {
-			t.Fatal(err)
-		}
+		return tok
 	}
-	if got, want := changes(tok4), `["1"] ["`+portal+`"] true`; got != want {
-		t.Fatalf("after 2,000 writes to two objects: %s, want %s", got, want)
+	w.same("start")
+	tok := gen()
+	// moved checks that change moved the token, then that reading
+	// everything (the model again up to date) does not move it.
+	moved := func(what string, change func() error) {
+		t.Helper()
+		if err := change(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		next := gen()
+		if next == tok {
+			t.Fatalf("%s: Generation still %d", what, tok)
+		}
+		w.same(what)
+		if again := gen(); again != next {
+			t.Fatalf("%s: Generation %d, then %d after reads alone", what, next, again)
+		}
+		tok = next
 	}
-	w.same("end")
+	w.same("read again")
+	if got := gen(); got != tok {
+		t.Fatalf("nothing changed: Generation %d, then %d", tok, got)
+	}
+	moved("model relink", func() error { return w.m.Relink("1", configfs.Link{Name: a, NQN: a}) })
+	moved("model unlink", func() error { return w.m.Unlink("1", configfs.Link{Name: a, NQN: a}) })
+	moved("model iser", func() error { return w.m.SetISER(portal, true) })
+	moved("admin link", func() error { return w.link("2", a) })
+	moved("admin attribute", func() error {
+		return w.admin().WriteAttr(w.path("nvmet/ports/10/addr_trsvcid"), "4421")
+	})
+	moved("admin iser", func() error { return w.iser(portal, false) })
+	moved("add port", func() error { w.k.AddPort("3", "rdma", "ipv4", "192.0.2.4", "4420"); return nil })
+	moved("remove portal", func() error { return w.k.RemovePortal(portal) })
+	moved("rescan", func() error { w.m.Rescan(); return nil })
+	for i := range 100 { // a heal writes as often, reading between writes
+		moved("model iser again", func() error { return w.m.SetISER("iqn.2003-01.org.example:t2/tpgt_2/192.0.2.2:3260", i%2 == 0) })
+	}
 }

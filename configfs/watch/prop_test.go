@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
+	"reflect"
 	"testing"
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
@@ -15,10 +15,10 @@ import (
 // next, comparing the model with fresh reads at the points next picks and
 // at the end, then checks a trusted rescan agrees.
 type script struct {
-	w     *world
-	next  func(n int) int // a choice in [0, n)
-	log   []string
-	marks []mark // the last compares' tokens and answers (Changes)
+	w    *world
+	next func(n int) int // a choice in [0, n)
+	log  []string
+	mark *mark // the last compare's token and answers (nil: none)
 }
 
 // mark is what the tree answered when Generation returned tok.
@@ -157,54 +157,23 @@ func (s *script) same() {
 	if got != want {
 		s.w.t.Fatalf("after %q: model differs from a fresh read:\nmodel:\n%s\nfresh:\n%s", s.log, got, want)
 	}
-	s.changes()
+	s.generation()
 }
 
-// changes checks Changes against every earlier mark: what it does not
-// name answers now as it did then.
-func (s *script) changes() {
+// generation checks Generation against the last compare's: the same
+// token means every answer is what it was then.
+func (s *script) generation() {
 	s.w.t.Helper()
 	tok, ok := s.w.m.Generation()
 	if !ok {
-		s.marks = nil
+		s.mark = nil
 		return
 	}
 	now := answersOf(s.w.fsys)
-	for _, mk := range s.marks {
-		ports, portals, ok := s.w.m.Changes(mk.tok)
-		if !ok {
-			continue
-		}
-		steps := s.log[mk.at:]
-		fail := func(what, then, now string) {
-			s.w.t.Fatalf("after %q, Changes since %q names ports %q, portals %q: %s was %s, is %s", steps, s.log[:mk.at], ports, portals, what, then, now)
-		}
-		if mk.seen.ports != now.ports {
-			fail("Ports", mk.seen.ports, now.ports)
-		}
-		if mk.seen.subsystems != now.subsystems {
-			fail("Subsystems", mk.seen.subsystems, now.subsystems)
-		}
-		if mk.seen.portalsErr != now.portalsErr {
-			fail("the Portals error", mk.seen.portalsErr, now.portalsErr)
-		}
-		for id, l := range now.links {
-			if !slices.Contains(ports, id) && mk.seen.links[id] != l {
-				fail("links of port "+id, mk.seen.links[id], l)
-			}
-		}
-		for _, pair := range [][2]map[string]string{{mk.seen.portals, now.portals}, {now.portals, mk.seen.portals}} {
-			for id := range pair[0] {
-				if !slices.Contains(portals, id) && mk.seen.portals[id] != now.portals[id] {
-					fail("portal "+id, mk.seen.portals[id], now.portals[id])
-				}
-			}
-		}
+	if mk := s.mark; mk != nil && mk.tok == tok && !reflect.DeepEqual(mk.seen, now) {
+		s.w.t.Fatalf("after %q, Generation is still %d (as after %q), yet the answers changed:\nthen %+v\nnow  %+v", s.log[mk.at:], tok, s.log[:mk.at], mk.seen, now)
 	}
-	s.marks = append(s.marks, mark{tok: tok, at: len(s.log), seen: now})
-	if len(s.marks) > 4 {
-		s.marks = s.marks[1:]
-	}
+	s.mark = &mark{tok: tok, at: len(s.log), seen: now}
 }
 
 // run plays steps operations and checks the end state.
@@ -220,7 +189,15 @@ func (s *script) run(steps int) {
 	s.same()
 }
 
-func TestPropertyRandomAdmin(t *testing.T) {
+func TestPropertyRandomAdmin(t *testing.T) { propertyRandomAdmin(t, Options{RescanEvery: -1}) }
+
+// TestPropertyRandomAdminIndexed: the same with every directory's
+// children indexed by name (the path a large directory takes).
+func TestPropertyRandomAdminIndexed(t *testing.T) {
+	propertyRandomAdmin(t, Options{RescanEvery: -1, BigDir: 1})
+}
+
+func propertyRandomAdmin(t *testing.T, opts Options) {
 	seqs := 300
 	if testing.Short() {
 		seqs = 50
@@ -230,20 +207,12 @@ func TestPropertyRandomAdmin(t *testing.T) {
 		rng := rand.New(rand.NewPCG(uint64(i), 42))
 		root := filepath.Join(base, fmt.Sprint(i))
 		os.Mkdir(root, 0o755)
-		w := newWorld(t, root, basic, Options{RescanEvery: -1})
+		w := newWorld(t, root, basic, opts)
 		s := &script{w: w, next: func(n int) int { return rng.IntN(n) }}
 		s.run(10 + rng.IntN(40))
 		w.m.Close()
 		os.RemoveAll(root)
 	}
-}
-
-// TestPropertyRandomAdminIndexed: the same with every directory's
-// children indexed by name (the path a large directory takes).
-func TestPropertyRandomAdminIndexed(t *testing.T) {
-	defer func(n int) { bigDir = n }(bigDir)
-	bigDir = 1
-	TestPropertyRandomAdmin(t)
 }
 
 func FuzzModel(f *testing.F) {

@@ -112,11 +112,6 @@ type nodeErrs struct {
 	st, link error
 }
 
-// bigDir is the number of children from which a directory's are indexed
-// by name in m.big (below it, the chain is searched). A variable for the
-// tests.
-var bigDir = 8
-
 // errsOf is n's cached errors (nil: none).
 func (m *Model) errsOf(n *node) *nodeErrs {
 	if !n.has(fErrs) {
@@ -176,7 +171,7 @@ func (m *Model) addKid(n *node, name string, own bool) *node {
 		for c := n.first; c != nil; c = c.next {
 			count++
 		}
-		if count >= bigDir {
+		if count >= m.opts.BigDir {
 			idx := make(map[string]*node, count)
 			for c := n.first; c != nil; c = c.next {
 				idx[c.name] = c
@@ -194,7 +189,7 @@ func (m *Model) addKid(n *node, name string, own bool) *node {
 // kidName is name as a string of its own: the one in n's cached listing
 // when it is short, else a copy (name is part of a longer path).
 func (m *Model) kidName(n *node, name string) string {
-	if n.has(fList) && len(n.list()) <= bigDir {
+	if n.has(fList) && len(n.list()) <= m.opts.BigDir {
 		for _, s := range n.list() {
 			if s == name {
 				return s
@@ -290,7 +285,6 @@ func (m *Model) find(path string) *node { return m.walk(path, false) }
 // recorded at a rescan.
 func (m *Model) drop(n *node) {
 	path := m.pathOf(n)
-	m.note(path)
 	if p := n.parent; p != nil {
 		m.unlinkKid(p, n)
 		p.clear(fList)
