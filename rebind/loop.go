@@ -69,6 +69,7 @@ type Engine struct {
 	// decided is every managed endpoint's decision, decided in place by
 	// the rounds: a round replaces those it selects (decide).
 	decided map[epKey]*decision
+	wake    *wakeups // when endpoints are decided again by the clock
 	results map[Key]Outcome
 	stats   Stats
 	views   [2]rdma.Index // the kernel tables' index of a round's two observations, storage reused
@@ -92,7 +93,7 @@ func New(opt Options) *Engine {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
 	e := &Engine{opt: opt, log: opt.Logger, trigger: make(chan struct{}, 1), requests: make(chan request),
-		mem: NewMemory(), results: map[Key]Outcome{}, cfg: opt.Config}
+		mem: NewMemory(), results: map[Key]Outcome{}, cfg: opt.Config, wake: newWakeups()}
 	cfg := opt.Config
 	e.wantCfg.Store(&cfg)
 	e.cfgIn = &cfg
@@ -179,7 +180,7 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 	}
 	observed := time.Now()
 	sel := Select(&obs, e.mem, e.base)
-	pl := decide(&obs, e.mem, e.cfg, sel, e.decided)
+	pl := decide(&obs, e.mem, e.cfg, sel, e.decided, e.wake)
 	e.decided = pl.decided
 	planned, w0, j0 := time.Now(), e.stats.WriteTime, e.stats.JournalTime
 	outcomes, ran, verified, err := e.act(ctx, &obs, &pl, &sel)
@@ -242,7 +243,7 @@ func (e *Engine) act(ctx context.Context, obs *Observed, pl *Planned, sel *Selec
 		base = nil
 	}
 	*obs, *sel = next, Select(&next, e.mem, base)
-	*pl = decide(obs, e.mem, e.cfg, *sel, e.decided)
+	*pl = decide(obs, e.mem, e.cfg, *sel, e.decided, e.wake)
 	e.decided = pl.decided
 	return outcomes, ran, time.Since(acted), nil
 }

@@ -46,9 +46,9 @@ type Planned struct {
 	decided map[epKey]*decision
 	carried bool // nothing was decided: every decision is the baseline's
 	fresh   bool // every decision is this plan's own (it selected all)
-	// timed are the endpoints whose decision depends on the clock or on
-	// memory a round changes: decided again every round (select).
-	timed []epKey
+	// wake is the queue of wake-ups this plan wrote (for the loop, its
+	// own): the endpoints decided again every round, and when.
+	wake *wakeups
 }
 
 // endpoints is the state of every managed endpoint, what Learn
@@ -68,7 +68,10 @@ func (p *Planned) endpoints() iter.Seq[EndpointState] {
 type decision struct {
 	es    EndpointState
 	items []Item // its objects', in configfs order
-	timed bool
+	// timed: decided again every round (wakeups), by itself at wakeAt
+	// (zero: no time of its own).
+	timed  bool
+	wakeAt time.Time
 }
 
 // holder is one configfs object behind an endpoint.
@@ -98,10 +101,11 @@ func Plan(obs Observed, mem Memory, cfg Config) Planned {
 func plan(obs Observed, mem Memory, cfg Config, sel Selection) Planned {
 	obs = prepared(obs)
 	var ds map[epKey]*decision
+	wq := newWakeups()
 	if !sel.all && sel.prev != nil {
-		ds = maps.Clone(sel.prev.decided)
+		ds, wq = maps.Clone(sel.prev.decided), sel.prev.wake.clone()
 	}
-	p := decide(&obs, mem, cfg, sel, ds)
+	p := decide(&obs, mem, cfg, sel, ds, wq)
 	assemble(&p, &obs, cfg, sel)
 	return p
 }
@@ -109,9 +113,9 @@ func plan(obs Observed, mem Memory, cfg Config, sel Selection) Planned {
 // decide plans the endpoints sel selects: their heals and decisions,
 // written into ds in place — the decisions of sel's baseline, whose other
 // endpoints keep theirs; a plan of every endpoint starts ds afresh (nil: a
-// new map). Heals come in endpoint order, then the journal entries of
-// objects gone.
-func decide(obs *Observed, mem Memory, cfg Config, sel Selection, ds map[epKey]*decision) Planned {
+// new map) — and their wake-ups into wq (the baseline's queue). Heals
+// come in endpoint order, then the journal entries of objects gone.
+func decide(obs *Observed, mem Memory, cfg Config, sel Selection, ds map[epKey]*decision, wq *wakeups) Planned {
 	declared := map[Key]*Declared{}
 	if obs.windowOpen() {
 		for i := range obs.Declared {
@@ -175,21 +179,21 @@ func decide(obs *Observed, mem Memory, cfg Config, sel Selection, ds map[epKey]*
 			holders += len(g.holders)
 		}
 	}
-	p := Planned{decided: ds}
+	p := Planned{decided: ds, wake: wq}
 	switch {
 	case sel.all || sel.prev == nil:
 		if p.decided == nil {
 			p.decided = make(map[epKey]*decision, len(groups))
 		}
 		clear(p.decided)
+		wq.clear()
 		p.fresh = true
 	default:
-		p.carried = len(groups) == 0 && len(sel.dirty) == 0 && len(sel.prev.timed) == 0
-		for ep := range sel.dirty {
+		redo := sel.decides()
+		p.carried = len(groups) == 0 && len(redo) == 0
+		for ep := range redo {
 			delete(p.decided, ep)
-		}
-		for _, ep := range sel.prev.timed {
-			delete(p.decided, ep)
+			wq.forget(ep)
 		}
 	}
 	slices.SortFunc(groups, func(a, b group) int { return compareEndpoints(a.ep, b.ep) })
@@ -201,9 +205,7 @@ func decide(obs *Observed, mem Memory, cfg Config, sel Selection, ds map[epKey]*
 		h := planEndpoint(d, g, obs, mem, cfg)
 		p.decided[g.ep.key()] = d
 		if d.timed {
-			// Carried decisions are never timed: every timed one of
-			// the baseline is decided again.
-			p.timed = append(p.timed, g.ep.key())
+			wq.add(g.ep.key(), d.wakeAt)
 		}
 		if h.Action != ActNone {
 			p.Heals = append(p.Heals, h)
@@ -358,7 +360,7 @@ func planEndpoint(d *decision, g *group, obs *Observed, mem Memory, cfg Config) 
 	if h.Action != ActNone && h.Reason == "" {
 		h.Reason = reason
 	}
-	d.es = es
+	d.es, d.wakeAt = es, retryAt
 	d.timed = h.Action != ActNone || !retryAt.IsZero() || es.State.down() && !es.Held
 	for i, hd := range g.holders {
 		it := located(hd.key, ep, v.Carrier)

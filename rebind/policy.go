@@ -50,25 +50,24 @@ type hold struct {
 	clockFree bool
 }
 
-// gate applies the conditions shared by every heal: the address is carried
-// by an RDMA device, the give-up timer, the removal and repair graces,
-// pinning and backoff. keys are the endpoint's objects in configfs order.
-// It returns nil when the heal may run now.
+// gate applies the conditions of a heal, in order, the first that holds
+// winning: the address is on a netdev; for RDMA, an RDMA device carries it
+// (a GID table entry) and a stranded listener is not pinned to its device;
+// a manual rebind lifts the rest; the give-up timer; for RDMA, the
+// removal and repair graces and the device pin; backoff. A TCP bind needs
+// only the address: no device, GID table, removal, repair or pinning.
+// keys are the endpoint's objects in configfs order. It returns nil when
+// the heal may run now.
 func gate(ep Endpoint, keys []Key, v Verdict, obs *Observed, mem Memory, cfg Config) *hold {
-	now, c := obs.Now, v.Carrier
+	now, c, rdmaEP := obs.Now, v.Carrier, ep.Kind != KindTCP
 	switch {
 	case obs.AddrsErr != nil:
 		return &hold{why: fmt.Sprintf("waiting: addresses unknown (%v)", obs.AddrsErr), clockFree: true}
 	case !c.Held:
 		return &hold{why: fmt.Sprintf("waiting for %s to appear on a netdev", ep.Addr.Addr()), clockFree: true}
-	case ep.Kind == KindTCP:
-		// A TCP bind needs only the address: no device, GID table,
-		// removal, repair or pinning.
-		return tcpGate(ep, keys, v, obs, mem, cfg)
-	case !c.HasDev:
+	case rdmaEP && !c.HasDev:
 		return &hold{why: fmt.Sprintf("waiting for an RDMA device to carry %s on %s (no GID table entry yet)", ep.Addr.Addr(), c.Netdev), until: recheck(obs.EventAt, now)}
-	}
-	if v.State == StateStranded && cfg.PinDevice {
+	case rdmaEP && v.State == StateStranded && cfg.PinDevice:
 		return &hold{why: fmt.Sprintf("pin_device = true: left on %s", v.EntryName), clockFree: true}
 	}
 	for _, k := range keys {
@@ -78,40 +77,24 @@ func gate(ep Endpoint, keys []Key, v Verdict, obs *Observed, mem Memory, cfg Con
 	}
 	since := deadSince(mem, ep, v.State, now)
 	if v.State.down() && giveUp(cfg, since, now) {
-		return &hold{why: fmt.Sprintf("gave up: dead for more than give_up_after=%v (run `nvmet-rebind rebind %s` or reload to try again)", cfg.GiveUpAfter, keys[0].ID), gaveUp: true, clockFree: true}
+		what := "dead"
+		if !rdmaEP {
+			what = "not listening"
+		}
+		return &hold{why: fmt.Sprintf("gave up: %s for more than give_up_after=%v (run `nvmet-rebind rebind %s` or reload to try again)", what, cfg.GiveUpAfter, keys[0].ID), gaveUp: true, clockFree: true}
 	}
-	if until, wait := removalWait(mem, ep, v, since, now); wait {
-		return &hold{why: fmt.Sprintf("waiting: %s (index %d) that it listened on is still registered, its removal is probably in progress", c.Dev, c.Index), until: until}
-	}
-	if v.State == StateStranded {
-		if until := since.Add(strandedGrace); now.Before(until) {
+	if rdmaEP {
+		if until, wait := removalWait(mem, ep, v, since, now); wait {
+			return &hold{why: fmt.Sprintf("waiting: %s (index %d) that it listened on is still registered, its removal is probably in progress", c.Dev, c.Index), until: until}
+		}
+		if until := since.Add(strandedGrace); v.State == StateStranded && now.Before(until) {
 			return &hold{why: fmt.Sprintf("waiting until %s for the kernel's own repair", until.Format(time.TimeOnly+".000")), until: until}
 		}
-	}
-	if cfg.PinDevice {
 		for _, k := range keys {
-			if pin, ok := mem.Pins[k]; ok && pin != c.GUID {
+			if pin, ok := mem.Pins[k]; cfg.PinDevice && ok && pin != c.GUID {
 				return &hold{why: fmt.Sprintf("pinned: was on node GUID %s, %s is now on %s (GUID %s)", rdma.FormatGUID(pin), ep.Addr.Addr(), c.Dev, rdma.FormatGUID(c.GUID))}
 			}
 		}
-	}
-	if t, ok := mem.NextTry[ep]; ok && now.Before(t) {
-		return &hold{why: fmt.Sprintf("retry in %v", t.Sub(now).Round(time.Millisecond)), until: t}
-	}
-	return nil
-}
-
-// tcpGate is gate's rest for a TCP endpoint whose address is up: the
-// forced retry, the give-up timer and backoff.
-func tcpGate(ep Endpoint, keys []Key, v Verdict, obs *Observed, mem Memory, cfg Config) *hold {
-	for _, k := range keys {
-		if mem.Forced[k] {
-			return nil
-		}
-	}
-	now := obs.Now
-	if since := deadSince(mem, ep, v.State, now); v.State.down() && giveUp(cfg, since, now) {
-		return &hold{why: fmt.Sprintf("gave up: not listening for more than give_up_after=%v (run `nvmet-rebind rebind %s` or reload to try again)", cfg.GiveUpAfter, keys[0].ID), gaveUp: true, clockFree: true}
 	}
 	if t, ok := mem.NextTry[ep]; ok && now.Before(t) {
 		return &hold{why: fmt.Sprintf("retry in %v", t.Sub(now).Round(time.Millisecond)), until: t}
@@ -166,11 +149,5 @@ func nextLook(pl Planned, ran map[Endpoint]bool, now time.Time, dryRun bool) tim
 			}
 		}
 	}
-	var next time.Time
-	for _, it := range pl.Items {
-		if !it.RetryAt.IsZero() && (next.IsZero() || it.RetryAt.Before(next)) {
-			next = it.RetryAt
-		}
-	}
-	return next
+	return pl.wake.next()
 }

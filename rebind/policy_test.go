@@ -166,7 +166,14 @@ func TestNextLook(t *testing.T) {
 	ep := Endpoint{KindNvmet, netip.MustParseAddrPort("192.0.2.1:4420")}
 	other := Endpoint{KindNvmet, netip.MustParseAddrPort("192.0.2.2:4420")}
 	later, sooner := t0.Add(time.Second), t0.Add(100*time.Millisecond)
-	items := []Item{{RetryAt: later}, {RetryAt: sooner}, {}}
+	waits := func(ts ...time.Time) *wakeups {
+		w := newWakeups()
+		for i, t := range ts {
+			w.add(Endpoint{KindLIO, netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 51, 100, byte(i)}), 3260)}.key(), t)
+		}
+		return w
+	}
+	items := waits(later, sooner, time.Time{})
 	tests := []struct {
 		name string
 		pl   Planned
@@ -174,16 +181,58 @@ func TestNextLook(t *testing.T) {
 		dry  bool
 		want time.Time
 	}{
-		{"nothing waits: the next event or resync", Planned{Items: []Item{{}}}, nil, false, time.Time{}},
-		{"the earliest retry", Planned{Items: items}, nil, false, sooner},
-		{"a heal due that the round did not run: now", Planned{Items: items, Heals: []Heal{{Endpoint: other, Action: ActToggleISER}}}, map[Endpoint]bool{ep: true}, false, t0},
-		{"a heal the round ran: its retry", Planned{Items: items, Heals: []Heal{{Endpoint: ep, Action: ActRebindPort}}}, map[Endpoint]bool{ep: true}, false, sooner},
-		{"a journal drop waits for the resync", Planned{Heals: []Heal{{Action: ActDropJournal}}}, nil, false, time.Time{}},
-		{"a dry run never runs heals", Planned{Items: items, Heals: []Heal{{Endpoint: other, Action: ActRebindPort}}}, nil, true, sooner},
+		{"nothing waits: the next event or resync", Planned{wake: waits(time.Time{})}, nil, false, time.Time{}},
+		{"the earliest retry", Planned{wake: items}, nil, false, sooner},
+		{"a heal due that the round did not run: now", Planned{wake: items, Heals: []Heal{{Endpoint: other, Action: ActToggleISER}}}, map[Endpoint]bool{ep: true}, false, t0},
+		{"a heal the round ran: its retry", Planned{wake: items, Heals: []Heal{{Endpoint: ep, Action: ActRebindPort}}}, map[Endpoint]bool{ep: true}, false, sooner},
+		{"a journal drop waits for the resync", Planned{wake: waits(), Heals: []Heal{{Action: ActDropJournal}}}, nil, false, time.Time{}},
+		{"a dry run never runs heals", Planned{wake: items, Heals: []Heal{{Endpoint: other, Action: ActRebindPort}}}, nil, true, sooner},
 	}
 	for _, tt := range tests {
 		if got := nextLook(tt.pl, tt.ran, t0, tt.dry); !got.Equal(tt.want) {
 			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestWakeups: the queue's next wake follows adds and forgets, and a
+// time moved for the same endpoint leaves no stale wake behind.
+func TestWakeups(t *testing.T) {
+	k := func(i int) epKey {
+		return Endpoint{KindNvmet, netip.AddrPortFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}), 4420)}.key()
+	}
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	w := newWakeups()
+	if !w.next().IsZero() {
+		t.Fatal("an empty queue wakes")
+	}
+	w.add(k(1), at(300))
+	w.add(k(2), at(100))
+	w.add(k(3), time.Time{}) // every round, no time of its own
+	if got := w.next(); !got.Equal(at(100)) {
+		t.Fatalf("next %v, want +100ms", got)
+	}
+	w.add(k(2), at(500)) // moved later: its old wake is stale
+	if got := w.next(); !got.Equal(at(300)) {
+		t.Fatalf("after a move, next %v, want +300ms", got)
+	}
+	w.forget(k(1))
+	if got := w.next(); !got.Equal(at(500)) {
+		t.Fatalf("after a forget, next %v, want +500ms", got)
+	}
+	c := w.clone()
+	c.forget(k(2))
+	if !c.next().IsZero() || !w.next().Equal(at(500)) || len(w.keys()) != 2 {
+		t.Fatalf("a clone is not its own: clone next %v, queue next %v, %d keys", c.next(), w.next(), len(w.keys()))
+	}
+	for i := range 1000 { // churn: the heap stays bounded
+		w.add(k(2), at(600+i))
+	}
+	if len(w.h) > 2*len(w.at)+65 {
+		t.Fatalf("%d heap entries for %d endpoints", len(w.h), len(w.at))
+	}
+	w.clear()
+	if !w.next().IsZero() || len(w.keys()) != 0 {
+		t.Fatal("clear left wakes")
 	}
 }

@@ -25,14 +25,13 @@ type Selection struct {
 func All() Selection { return Selection{all: true} }
 
 // decides is the set of endpoints a selection that is not of all decides:
-// those selected, and those the baseline decided by the clock (timed:
-// decided every round).
+// those selected, and those the clock decides (wakeups: every round).
 func (s Selection) decides() map[epKey]bool {
-	out := make(map[epKey]bool, len(s.dirty)+len(s.prev.timed))
+	out := make(map[epKey]bool, len(s.dirty)+len(s.prev.wake.keys()))
 	for k := range s.dirty {
 		out[k] = true
 	}
-	for _, k := range s.prev.timed {
+	for k := range s.prev.wake.keys() {
 		out[k] = true
 	}
 	return out
@@ -44,7 +43,7 @@ func (s Selection) Size() int {
 		return -1
 	}
 	n := len(s.dirty)
-	for _, k := range s.prev.timed {
+	for k := range s.prev.wake.keys() {
 		if !s.dirty[k] {
 			n++
 		}
@@ -73,9 +72,10 @@ func baseline(obs Observed, pl Planned) *Baseline {
 // verdict changed (device, address, listener, GID table), those named by
 // the journal or a manual rebind. An input every endpoint reads (an
 // unreadable table, the saved configs) selects all, and so does no
-// baseline. The endpoints decided by the clock (a heal due or held by a
-// timer, a backoff, a journal entry, a saved config's declaration while
-// the boot window is open) are decided every round (Selection.decides).
+// baseline. The endpoints the clock decides (wakeups: a heal due or held
+// by a timer, a backoff, a journal entry, a saved config's declaration
+// while the boot window is open) are decided every round
+// (Selection.decides).
 func Select(obs *Observed, mem Memory, base *Baseline) Selection {
 	if base == nil || base.pl == nil {
 		return All()
