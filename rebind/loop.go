@@ -228,7 +228,7 @@ func (e *Engine) act(ctx context.Context, obs *Observed, pl *Planned, sel *Selec
 	next, base := *obs, baseline(*obs, *pl)
 	if len(done) > 0 {
 		obs2, err := e.observe(e.cfg, e.base, obs.Devices, &e.views[1]) // e.base: nil when exhaustive
-		outcomes = verify(done, &obs2, err, time.Now())
+		outcomes = verify(done, &obs2, err, e.mem, e.cfg, time.Now())
 		e.mem = learnOutcomes(e.mem, outcomes, obs2.Now)
 		for _, p := range done {
 			ran[p.heal.Endpoint] = true

@@ -116,13 +116,7 @@ func plan(obs Observed, mem Memory, cfg Config, sel Selection) Planned {
 // new map) — and their wake-ups into wq (the baseline's queue). Heals
 // come in endpoint order, then the journal entries of objects gone.
 func decide(obs *Observed, mem Memory, cfg Config, sel Selection, ds map[epKey]*decision, wq *wakeups) Planned {
-	declared := map[Key]*Declared{}
-	if obs.windowOpen() {
-		for i := range obs.Declared {
-			d := &obs.Declared[i]
-			declared[Key{d.Kind, d.ID}] = d
-		}
-	}
+	declared := declaredNow(obs)
 	// The endpoints to decide, each with its objects from the index.
 	var entries []*endpointEntry
 	if sel.all || sel.prev == nil {
@@ -152,27 +146,7 @@ func decide(obs *Observed, mem Memory, cfg Config, sel Selection, ds map[epKey]*
 	for _, e := range entries {
 		g := group{ep: e.ep}
 		start := len(slab)
-		obs.objects(e, func(i int) {
-			var hd holder
-			if e.ep.Kind.ports() {
-				if _, ok := managedPort(obs, i, cfg); !ok {
-					return
-				}
-				hd = holder{key: Key{KindNvmet, obs.Ports[i].ID}, port: &obs.Ports[i]}
-			} else {
-				if _, ok := managedPortal(obs.Portals[i], cfg); !ok {
-					return
-				}
-				hd = holder{key: Key{KindLIO, obs.Portals[i].ID()}, portal: &obs.Portals[i]}
-			}
-			if in, ok := obs.Journal[hd.key]; ok {
-				hd.intent = &in
-			}
-			if d := declared[hd.key]; d != nil && d.Addr == e.ep.Addr {
-				hd.boot = unsettled(d, hd.key, mem)
-			}
-			slab = append(slab, hd)
-		})
+		slab = holdersOf(obs, e, cfg, mem, declared, slab)
 		g.holders = slab[start:len(slab):len(slab)]
 		if len(g.holders) > 0 {
 			groups = append(groups, g)
@@ -213,6 +187,66 @@ func decide(obs *Observed, mem Memory, cfg Config, sel Selection, ds map[epKey]*
 	}
 	p.Heals = append(p.Heals, dropGone(obs)...)
 	return p
+}
+
+// declaredNow is what the saved configs declare, by object, while the
+// boot window is open (else nothing).
+func declaredNow(obs *Observed) map[Key]*Declared {
+	declared := map[Key]*Declared{}
+	if obs.windowOpen() {
+		for i := range obs.Declared {
+			d := &obs.Declared[i]
+			declared[Key{d.Kind, d.ID}] = d
+		}
+	}
+	return declared
+}
+
+// holdersOf appends to slab the managed objects on e's endpoint, in
+// configfs order, each with its journal entry and what a saved config
+// still declares for it.
+func holdersOf(obs *Observed, e *endpointEntry, cfg Config, mem Memory, declared map[Key]*Declared, slab []holder) []holder {
+	obs.objects(e, func(i int) {
+		var hd holder
+		if e.ep.Kind.ports() {
+			if _, ok := managedPort(obs, i, cfg); !ok {
+				return
+			}
+			hd = holder{key: Key{KindNvmet, obs.Ports[i].ID}, port: &obs.Ports[i]}
+		} else {
+			if _, ok := managedPortal(obs.Portals[i], cfg); !ok {
+				return
+			}
+			hd = holder{key: Key{KindLIO, obs.Portals[i].ID()}, portal: &obs.Portals[i]}
+		}
+		if in, ok := obs.Journal[hd.key]; ok {
+			hd.intent = &in
+		}
+		if d := declared[hd.key]; d != nil && d.Addr == e.ep.Addr {
+			hd.boot = unsettled(d, hd.key, mem)
+		}
+		slab = append(slab, hd)
+	})
+	return slab
+}
+
+// expected tells whether the plan expects a listener on ep in obs: some
+// object there holds one (planPorts, planPortals). verify reads it.
+func expected(obs *Observed, mem Memory, cfg Config, ep Endpoint) bool {
+	e, ok := obs.lookup(ep.key())
+	if !ok {
+		return false
+	}
+	g := group{ep: ep, holders: holdersOf(obs, e, cfg, mem, declaredNow(obs), nil)}
+	if len(g.holders) == 0 {
+		return false
+	}
+	if ep.Kind.ports() {
+		exp, _ := planPorts(&g, e.v.State, obs)
+		return exp
+	}
+	exp, _ := planPortals(&g, e.v.State)
+	return exp
 }
 
 // unsettled is what d declares for k that was never seen in place (nil:
