@@ -168,6 +168,7 @@ func newTwin(t *testing.T, seed int, exhaustive bool) *twin {
 	w.writeSaved(declared)
 	w.cfg.NvmetConfig = w.saved
 	w.cfg.GiveUpAfter = 10 * time.Minute
+	w.cfg.PinDevice = seed%2 == 1
 	w.start()
 	return w
 }

@@ -13,47 +13,55 @@
 //
 // # A round
 //
-// Engine.Reconcile is one round, in this order (each step a file):
+// Engine.Reconcile is one round. An event (a device reset, an address, a
+// listener gone: Poke) takes this path, and so does every other round:
 //
-//   - observe (observe.go, carry.go, endpoints.go: the endpoint index):
-//     read the kernel's tables (RDMA devices, GID tables, cm_ids,
-//     addresses, TCP sockets in LISTEN: rdma.Live.Read gives the devices
-//     and the addresses of one rtnetlink reading), the journal and
-//     the saved configs; when all of that reads as the baseline's did and
-//     the configfs model's Generation has not moved, the baseline's objects
-//     and verdicts are this observation's (nothing could judge otherwise);
-//     when it moved but the model names the only objects that may have
-//     changed (watch.Model.Changes: a heal's own writes, an admin's link
-//     or iser), those are read again into the baseline's (carry.go:
-//     edited); when the kernel's tables changed too (an event: a reset,
-//     an address, a listener), the baseline's objects, and its verdicts
-//     but for the endpoints the tables' delta touches (rdma.Index.Since),
-//     judged again (carry.go: rejudge; the verdicts patched over the
-//     baseline's endpoint list, not a copy of it); else index the tables
-//     (rdma.Index), judge each endpoint once
-//     (judge.go: a Verdict — listening, dead, stranded, unknown; TCP ports
-//     from the TCP sockets), and read configfs, the links of ports only
-//     where the verdict needs them.
-//   - select (select.go): the endpoints this round must decide — those whose
-//     objects or verdict changed since the last round (the Baseline), named
-//     by the journal or a manual rebind, or decided by the clock; an input
-//     every endpoint reads selects all.
-//   - plan (plan.go, plan_nvmet.go, plan_lio.go, policy.go, decisions.go):
-//     pure. Each selected endpoint's state, status and heal; policy.go
-//     gates the heal (give-up, graces, pinning, backoff) and says when to
-//     look again. The others keep their last decision (overlaid:
-//     decisions.go): Plan (everything) and a selection's plan are the
-//     same function on different sets.
+//   - observe (observe.go, inputs.go, carry.go, endpoints.go): read the
+//     inputs, each declared once in inputs.go (the RDMA tables: devices,
+//     addresses, cm_id listeners; the TCP sockets in LISTEN; the journal;
+//     the saved configs; configfs's root), then configfs. When every
+//     input reads as the baseline's (the last round's observation) and
+//     the configfs model's Generation has not moved, the baseline's
+//     objects and verdicts are this observation's (carry.go: judging them
+//     again would give the same). Otherwise the observation is fresh: the
+//     tables indexed (rdma.Index), each endpoint judged once (judge.go: a
+//     Verdict — listening, dead, stranded, unknown; TCP ports from the TCP
+//     sockets), configfs read, the links of ports only where the verdict
+//     needs them. An event changes the tables, so its round observes
+//     afresh.
+//   - select (select.go): the endpoints this round must decide — those
+//     whose objects or verdict differ from the baseline's, those named by
+//     the journal or a manual rebind, and those in the wake-up queue
+//     (wakeups.go); an input whose change can move every endpoint (its
+//     declaration says so: an unreadable table, the saved configs) selects
+//     all, and so does a reload.
+//   - plan (plan.go, plan_nvmet.go, plan_lio.go, policy.go): pure. Each
+//     selected endpoint's state, status and heal; policy.go gates the heal
+//     (give-up, graces, pinning, backoff: one pipeline) and says when to
+//     look again. decide writes the loop's one map of decisions in place
+//     (the others keep theirs) and the wake-up queue: an endpoint whose
+//     decision depends on the clock is added with its time, the others
+//     forgotten. Plan (everything) and a selection's plan are the same
+//     function on different sets.
 //   - apply (apply.go): the only writer of configfs and the journal, each
 //     step after its precondition (steps.go: Step.Pre, data that apply
 //     checks and `plan` describes).
-//   - verify (verify.go): pure, over the verdicts of a fresh observation.
+//   - verify (verify.go): pure, over the verdicts of an observation made
+//     after the writes, and what the plan of that observation expects
+//     there (expected); the endpoints it changed are selected and planned
+//     again.
 //   - learn (memory.go): pure updates of Memory from the outcomes and the
-//     plan; the loop is memory's one writer. Learn is idempotent, so a
-//     plan that carries the very decisions memory last learnt (a round
-//     that decided nothing) is not learnt again.
+//     plan; the loop is memory's one writer.
 //   - publish (snapshot.go): the Snapshot observers read (status, metrics,
-//     the control socket), swapped once per round.
+//     the control socket), swapped once per round; its next look is the
+//     wake-up queue's earliest time (or now, when a heal is due that the
+//     round did not run).
+//
+// Options.Exhaustive makes every round a fresh observation reading every
+// link, every endpoint decided and learnt: TestEngineEqualsTheExhaustiveRound
+// holds the normal round to it through random worlds, and
+// tests/mutants.sh breaks each shortcut the normal round keeps (the carry,
+// the selection, the links not read) to show the test catches it.
 //
 // Requests from other goroutines — a config swap (SetConfig), a forced
 // retry (Retry, Rebind), an event (Poke) — are taken by the next round.

@@ -95,4 +95,3 @@ func (h *wakeHeap) Pop() any {
 	*h = old[:len(old)-1]
 	return x
 }
-

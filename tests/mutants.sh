@@ -21,11 +21,12 @@ M1	rebind/carry.go	s/b\.obs\.tok == o\.tok \&\& /true \&\& /	an observation is c
 M2	rebind/inputs.go	s/\&\& slices\.Equal\(o\.TCP, b\.TCP\)//	a change of the TCP sockets in LISTEN is not seen
 M3	rebind/inputs.go	s/\&\&\n\t\t\t\trdma\.SameListeners\(o\.Listeners, b\.Listeners\)//	a change of the cm_id listeners is not seen
 M4	rebind/select.go	s/range changedVerdicts\(&obs\.eps, &b\.eps\) \{/range changedVerdicts(&obs.eps, &b.eps)[:0] {/	select ignores verdicts that changed
-M5	rebind/select.go	s/for _, k := range s\.prev\.timed \{\n\t\tout\[k\] = true/for _, k := range s.prev.timed {\n\t\t_ = k/	select forgets the endpoints decided by the clock
+M5	rebind/select.go	s/for k := range s\.prev\.wake\.keys\(\) \{\n\t\tout\[k\] = true/for k := range s.prev.wake.keys() {\n\t\t_ = k/	select forgets the endpoints the clock decides
 M7	rebind/observe.go	s/if _, journaled := journal\[Key\{KindNvmet, p\.ID\}\]; /if journaled := false; /	a journaled port's links are not read when it listens
 M8	rebind/select.go	s/if len\(obs\.Journal\)\+len\(mem\.Forced\) > 0 \{/if false {/	select ignores the journal and manual rebinds
 M9	rebind/select.go	s/if !obs\.shared \{/if false {/	select never compares objects and verdicts
-M10	rebind/plan.go	s/for ep := range sel\.dirty \{\n\t\t\tdelete\(p\.decided, ep\)/for ep := range sel.dirty {\n\t\t\t_ = ep/	a plan keeps the baseline's decision of an endpoint it selected and found gone
+M10	rebind/plan.go	s/\t\t\tdelete\(p\.decided, ep\)\n\t\t\twq\.forget\(ep\)/\t\t\twq.forget(ep)/	a plan keeps the baseline's decision of an endpoint it selected and found gone
+M13	rebind/wakeups.go	s/if t, ok := w\.at\[top\.k\]; ok \&\& t\.Equal\(top\.t\) \{/if _, ok := w.at[top.k]; ok {/	the queue wakes at a time an endpoint no longer waits for
 M11	rebind/items.go	s/if sel\.same \&\& p\.carried/if p.carried/	status items reused although objects changed
 M12	rebind/inputs.go	s/everyEndpoint: func\(o, b \*Observed\) bool \{ return !slices\.EqualFunc\(o\.Declared, b\.Declared, Declared\.equal\) \}/everyEndpoint: func(o, b *Observed) bool { return false }/	an edited saved config decides nothing again
 EOF
