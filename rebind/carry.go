@@ -22,16 +22,15 @@ type Generational interface {
 
 // fromBaseline makes o — its inputs read, and tok when tokOK — the
 // baseline b's observation when nothing it reads changed since b was
-// read, and reports whether it did. Otherwise o's tables are indexed in
-// into and the caller reads configfs whole.
-func (o *Observed) fromBaseline(b *Baseline, tokOK bool, tree Tree, into *rdma.Index) bool {
+// read, and reports whether it did. Otherwise o's tables are indexed and
+// the caller reads configfs whole.
+func (o *Observed) fromBaseline(b *Baseline, tokOK bool, tree Tree) bool {
 	if tokOK && b != nil && b.obs.stable && b.obs.tok == o.tok && sameInputs(o, &b.obs) {
 		o.carry(&b.obs)
 		o.settle(tree.(Generational))
 		return true
 	}
-	into.Reindex(o.Devices, o.Addrs, o.Listeners)
-	o.index = into
+	o.index = rdma.NewIndex(o.Devices, o.Addrs, o.Listeners)
 	return false
 }
 

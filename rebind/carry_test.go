@@ -117,11 +117,11 @@ func TestCarriedObservationIsAFreshOne(t *testing.T) {
 				id := fmt.Sprint(1 + r.IntN(6))
 				e.opt.Store.PutAll([]Intent{{Kind: KindNvmet, ID: id, Address: "192.0.2.1:4420", Links: []configfs.Link{{Name: "nqn.a", NQN: "nqn.a"}}}})
 			}
-			got, err := e.observe(e.cfg, e.base, nil, new(rdma.Index))
+			got, err := e.observe(e.cfg, e.base, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, err := e.observe(e.cfg, nil, nil, new(rdma.Index))
+			want, err := e.observe(e.cfg, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -230,7 +230,7 @@ func TestRejudgedWhenTheEntrysDeviceChanged(t *testing.T) {
 		t.Fatalf("before: verdict %+v, want stranded on GUID 0x100", v)
 	}
 	k.guid = 0x200
-	got, err := e.observe(e.cfg, e.base, nil, new(rdma.Index))
+	got, err := e.observe(e.cfg, e.base, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,6 @@
 package rebind
 
 import (
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
-
 	"context"
 	"errors"
 	"log/slog"
@@ -72,7 +70,6 @@ type Engine struct {
 	wake    *wakeups // when endpoints are decided again by the clock
 	results map[Key]Outcome
 	stats   Stats
-	views   [2]rdma.Index // the kernel tables' index of a round's two observations, storage reused
 
 	snap atomic.Pointer[Snapshot] // published once per round
 }
@@ -173,7 +170,7 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 	if e.opt.Exhaustive {
 		e.base = nil
 	}
-	obs, err := e.observe(e.cfg, e.base, nil, &e.views[0])
+	obs, err := e.observe(e.cfg, e.base, nil)
 	if err != nil {
 		e.stats.ReconcileTime += time.Since(start)
 		return nil, err
@@ -227,7 +224,7 @@ func (e *Engine) act(ctx context.Context, obs *Observed, pl *Planned, sel *Selec
 	var outcomes []Outcome
 	next, base := *obs, baseline(*obs, *pl)
 	if len(done) > 0 {
-		obs2, err := e.observe(e.cfg, e.base, obs.Devices, &e.views[1]) // e.base: nil when exhaustive
+		obs2, err := e.observe(e.cfg, e.base, obs.Devices) // e.base: nil when exhaustive
 		outcomes = verify(done, &obs2, err, e.mem, e.cfg, time.Now())
 		e.mem = learnOutcomes(e.mem, outcomes, obs2.Now)
 		for _, p := range done {

@@ -223,16 +223,12 @@ func linksNeeded(p configfs.Port, a parsedAddr, indexed bool, v Verdict, journal
 // in that order: which listeners are alive decides how much of configfs
 // must be read (a live port's links are not needed). With prev (the
 // devices of the round's first observation), GID tables are reused where
-// the Kernel can (TableReader); the index is built in into (its storage
-// reused). With base (the loop's own baseline; observers on other
+// the Kernel can (TableReader). With base (the loop's own baseline; observers on other
 // goroutines pass nil), an observation that reads the same as base
 // carries its objects and verdicts. Errors that make the observation
 // unusable (configfs unreadable) are returned; kernel read errors are
 // recorded and make the affected facts unknown.
-func (e *Engine) observe(cfg Config, base *Baseline, prev []rdma.Device, into *rdma.Index) (Observed, error) {
-	if into == nil {
-		into = new(rdma.Index)
-	}
+func (e *Engine) observe(cfg Config, base *Baseline, prev []rdma.Device) (Observed, error) {
 	obs := Observed{Now: e.opt.Now(), BootUntil: e.bootUntil, Subsystems: map[string]bool{}, LinksUnread: map[string]bool{}}
 	if at := e.eventAt.Load(); at != 0 {
 		obs.EventAt = time.Unix(0, at)
@@ -250,7 +246,7 @@ func (e *Engine) observe(cfg Config, base *Baseline, prev []rdma.Device, into *r
 	if generational {
 		obs.tok, tokOK = g.Generation()
 	}
-	if obs.fromBaseline(base, tokOK, e.opt.Tree, into) {
+	if obs.fromBaseline(base, tokOK, e.opt.Tree) {
 		return obs, nil
 	}
 	ports, err := e.opt.Tree.Ports()

@@ -73,14 +73,14 @@ func (e *Engine) Snapshot() Snapshot { return *e.snap.Load() }
 
 // Observe reads configfs, the journal and the kernel, and changes nothing.
 func (e *Engine) Observe() (Observed, error) {
-	return e.observe(e.snap.Load().Config, nil, nil, nil)
+	return e.observe(e.snap.Load().Config, nil, nil)
 }
 
 // PlanAll observes and plans every endpoint with the last round's memory,
 // writing nothing; it may run beside the loop.
 func (e *Engine) PlanAll() (Planned, Observed, error) {
 	s := e.snap.Load()
-	obs, err := e.observe(s.Config, nil, nil, nil)
+	obs, err := e.observe(s.Config, nil, nil)
 	if err != nil {
 		return Planned{}, obs, err
 	}

@@ -34,30 +34,11 @@ type roceKey struct {
 // IndexCarriers indexes the GID tables (and, for ports whose table is
 // unknown, the netdevs) of devs.
 func IndexCarriers(devs []Device) Carriers {
-	var c Carriers
-	c.Reindex(devs)
-	return c
-}
-
-// Reindex makes c the index of devs, reusing its storage (a caller that
-// indexes every observation makes no garbage for it); what an earlier
-// index of c returned must no longer be used.
-func (c *Carriers) Reindex(devs []Device) {
-	if c.roce == nil {
-		*c = Carriers{
-			roce: map[roceKey]int{}, ib: map[[16]byte]int{},
-			iwNd: map[string]int{}, iwHW: map[[16]byte]int{},
-			ndIf: map[int]int{}, ndNm: map[string]int{},
-		}
+	c := Carriers{
+		roce: map[roceKey]int{}, ib: map[[16]byte]int{},
+		iwNd: map[string]int{}, iwHW: map[[16]byte]int{},
+		ndIf: map[int]int{}, ndNm: map[string]int{},
 	}
-	clear(c.roce)
-	clear(c.ib)
-	clear(c.iwNd)
-	clear(c.iwHW)
-	clear(c.ndIf)
-	clear(c.ndNm)
-	clear(c.at)
-	c.at = c.at[:0]
 	// cma_acquire_dev_by_src_ip walks dev_list (registration order: the
 	// device index order) and each device's ports in order, and takes the
 	// first port cma_validate_port accepts. Only the first position of a
@@ -100,6 +81,7 @@ func (c *Carriers) Reindex(devs []Device) {
 			}
 		}
 	}
+	return c
 }
 
 func first[K comparable](m map[K]int, k K, pos int) {

@@ -8,9 +8,7 @@ import "net/netip"
 // address-bound LISTEN entries a kernel owner has on an address:port
 // (Listeners), and whether it has a wildcard listener (Wildcard).
 //
-// It is built once per observation (Reindex) and never changed until the
-// next Reindex, which reuses its storage: at thousands of listeners,
-// addresses and GIDs, an observation makes no garbage for its index.
+// It is built once per observation (NewIndex) and never changed.
 type Index struct {
 	addrs    map[netip.Addr]Addr
 	carriers Carriers
@@ -68,28 +66,10 @@ func keyOf(owner string, ap netip.AddrPort) listenKey {
 
 // NewIndex returns the index of one reading of the tables.
 func NewIndex(devs []Device, addrs []Addr, cmids []CMID) *Index {
-	ix := new(Index)
-	ix.Reindex(devs, addrs, cmids)
-	return ix
-}
-
-// Reindex makes ix the index of the tables given, reusing its storage;
-// what ix answered before must no longer be used.
-func (ix *Index) Reindex(devs []Device, addrs []Addr, cmids []CMID) {
-	if ix.addrs == nil {
-		// Sized up front: at thousands of listeners, growing these maps
-		// was most of a plan's garbage (BENCHMARKS.md).
-		ix.addrs = make(map[netip.Addr]Addr, len(addrs))
-		ix.devByIdx = make(map[uint32]Device, len(devs))
-		ix.spans = make(map[listenKey]span, len(cmids))
-		ix.wild = map[listenKey]bool{}
-	} else {
-		clear(ix.addrs)
-		clear(ix.devByIdx)
-		clear(ix.spans)
-		clear(ix.wild)
-	}
-	ix.carriers.Reindex(devs)
+	// Sized up front: at thousands of listeners, growing these maps was
+	// most of a plan's garbage (BENCHMARKS.md).
+	ix := &Index{addrs: make(map[netip.Addr]Addr, len(addrs)), devByIdx: make(map[uint32]Device, len(devs)),
+		spans: make(map[listenKey]span, len(cmids)), wild: map[listenKey]bool{}, carriers: IndexCarriers(devs)}
 	ix.addrList, ix.cmids = addrs, cmids
 	// The bound listeners share one backing array, grouped by key in
 	// table order: each key's entries are a span of it (one allocation
@@ -114,12 +94,7 @@ func (ix *Index) Reindex(devs []Device, addrs []Addr, cmids []CMID) {
 		ix.spans[k] = span{at, at} // end is the fill cursor
 		at += sp.end
 	}
-	clear(ix.backing[:cap(ix.backing)])
-	if cap(ix.backing) >= n {
-		ix.backing = ix.backing[:n]
-	} else {
-		ix.backing = make([]CMID, n)
-	}
+	ix.backing = make([]CMID, n)
 	for _, c := range cmids {
 		if !c.Listening() || c.Port == 0 {
 			continue
@@ -138,6 +113,7 @@ func (ix *Index) Reindex(devs []Device, addrs []Addr, cmids []CMID) {
 	for _, d := range devs {
 		ix.devByIdx[d.Index] = d
 	}
+	return ix
 }
 
 // Carrier returns where ip is and which RDMA port rdma_cm would bind it to.
