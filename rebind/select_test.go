@@ -95,6 +95,32 @@ func TestSelectionPlansWhatAFullPlanPlans(t *testing.T) {
 	}
 }
 
+// TestGeneratorChangesEveryInput: the random worlds of the property tests
+// change every input the engine declares (inputs.go), so that a new
+// input without a generator of its changes fails here.
+func TestGeneratorChangesEveryInput(t *testing.T) {
+	changed := map[string]int{}
+	for seed := range 40 {
+		g := newGenWorld(rand.New(rand.NewPCG(uint64(seed), 7)))
+		prev := g.observe()
+		for range 12 {
+			g.change()
+			obs := g.observe()
+			for _, in := range inputs {
+				if !in.same(&obs, &prev) {
+					changed[in.name]++
+				}
+			}
+			prev = obs
+		}
+	}
+	for _, in := range inputs {
+		if changed[in.name] == 0 {
+			t.Errorf("input %q: the generator never changes it (genWorld.change)", in.name)
+		}
+	}
+}
+
 func diffPlans(want, got Planned) string {
 	opts := cmp.Options{cmpopts.EquateEmpty(), cmpopts.EquateComparable(netip.AddrPort{}, netip.Addr{}), cmp.Comparer(func(a, b error) bool {
 		return (a == nil) == (b == nil) && (a == nil || a.Error() == b.Error())
@@ -128,6 +154,7 @@ type genWorld struct {
 	addrErr   error
 	tcpListen map[string]bool // "ip|svc" of a TCP port: a socket in LISTEN (while the port has links)
 	tcpErr    error
+	configfs  ConfigfsSight // what the root showed
 }
 
 var (
@@ -249,7 +276,7 @@ func (g *genWorld) carrierIndex(l string) int {
 
 func (g *genWorld) observe() Observed {
 	obs := Observed{Now: g.now, BootUntil: g.bootUntil, EventAt: g.eventAt, Subsystems: map[string]bool{}, LinksUnread: map[string]bool{},
-		Journal: map[Key]Intent{}, ListenersErr: g.listErr, AddrsErr: g.addrErr, TCPErr: g.tcpErr}
+		Journal: map[Key]Intent{}, ListenersErr: g.listErr, AddrsErr: g.addrErr, TCPErr: g.tcpErr, Configfs: g.configfs}
 	if g.tcpErr == nil {
 		for _, p := range g.ports {
 			if ap, err := p.Addr(); err == nil && p.Trtype == "tcp" && len(p.Links) > 0 && g.tcpListen[net(p.Traddr, p.Trsvcid)] {
@@ -438,6 +465,8 @@ func (g *genWorld) change() {
 			} else {
 				g.tcpErr = nil
 			}
+			// LIO's module loaded or unloaded meanwhile: the root's sight.
+			g.configfs = ConfigfsSight{Probed: true, Root: "/sys/kernel/config", Mounted: true, Nvmet: true, LIO: r.IntN(2) == 0}
 		default: // heals that worked: listeners where their address is carried
 			for _, k := range g.listenerKeys() {
 				if r.IntN(2) == 0 {
