@@ -2,7 +2,7 @@ package configfs
 
 import (
 	"fmt"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded"
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/bounded"
 	"io/fs"
 	"os"
 	"path/filepath"

@@ -2,7 +2,7 @@ package configfs_test
 
 import (
 	"errors"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded/boundedtest"
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/bounded/boundedtest"
 	"io/fs"
 	"net"
 	"os"
@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded"
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/bounded"
 )
 
 // TestReadAttrsNonRegular: an attribute that is not a regular file never

@@ -6,7 +6,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded"
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/bounded"
 )
 
 func readSmall(path string, max int) ([]byte, error) { return readSmallGeneric(path, max) }

@@ -5,7 +5,7 @@ import (
 	"maps"
 	"time"
 
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/backoff"
+	"github.com/nvmet-rebind/nvmet-rebind/udev/backoff"
 )
 
 // Memory is what the engine remembers between rounds. Only the loop

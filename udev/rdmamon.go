@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/backoff"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
+	"github.com/nvmet-rebind/nvmet-rebind/udev/backoff"
+	"github.com/nvmet-rebind/nvmet-rebind/udev/rdmanl"
 )
 
 // ErrRDMAMonitorUnsupported is wrapped by WatchRDMAMonitor's error when the
@@ -109,12 +109,12 @@ type monitorNames map[uint32]string
 // adds and deletes devices forever would otherwise grow it forever.
 const maxMonitorNames = 1024
 
-// hints parses one datagram (rdma.ParseMonitor) into one hint per event.
+// hints parses one datagram (rdmanl.ParseMonitor) into one hint per event.
 func (n monitorNames) hints(datagram []byte) ([]Hint, error) {
 	if len(datagram) > maxMonitorLen {
 		return nil, fmt.Errorf("rdma monitor: datagram of %d bytes exceeds %d", len(datagram), maxMonitorLen)
 	}
-	evs, err := rdma.ParseMonitor(datagram)
+	evs, err := rdmanl.ParseMonitor(datagram)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +128,7 @@ func (n monitorNames) hints(datagram []byte) ([]Hint, error) {
 // reason is "rdma monitor <event> <device> [port N] [<netdev>]", e.g.
 // "rdma monitor netdev_attach rxe0 port 1 veth0", "rdma monitor rename
 // rxe9 (was rxe0)", and updates the names.
-func (n monitorNames) reason(e rdma.MonitorEvent) string {
+func (n monitorNames) reason(e rdmanl.MonitorEvent) string {
 	parts := []string{"rdma monitor", e.Type.String()}
 	if e.HasDev {
 		name := e.DevName
@@ -139,11 +139,11 @@ func (n monitorNames) reason(e rdma.MonitorEvent) string {
 			name = "index " + strconv.FormatUint(uint64(e.DevIndex), 10)
 		}
 		parts = append(parts, name)
-		if old, ok := n[e.DevIndex]; ok && e.Type == rdma.MonitorRename && e.DevName != "" && old != e.DevName {
+		if old, ok := n[e.DevIndex]; ok && e.Type == rdmanl.MonitorRename && e.DevName != "" && old != e.DevName {
 			parts = append(parts, "(was "+old+")")
 		}
 		switch {
-		case e.Type == rdma.MonitorUnregister:
+		case e.Type == rdmanl.MonitorUnregister:
 			delete(n, e.DevIndex)
 		case e.DevName != "":
 			if _, ok := n[e.DevIndex]; ok || len(n) < maxMonitorNames {

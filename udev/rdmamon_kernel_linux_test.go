@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
+	"github.com/nvmet-rebind/nvmet-rebind/udev/rdmanl"
 )
 
 // envRDMAMonitorKernel runs TestRDMAMonitorKernel: it creates and deletes
@@ -147,8 +147,8 @@ func TestRDMAMonitorKernelNoRDMA(t *testing.T) {
 	}()
 	select {
 	case err := <-errc:
-		if !errors.Is(err, ErrRDMAMonitorUnsupported) || !errors.Is(err, rdma.ErrUnsupported) {
-			t.Fatalf("WatchRDMAMonitor without ib_core: %v, want ErrRDMAMonitorUnsupported and rdma.ErrUnsupported", err)
+		if !errors.Is(err, ErrRDMAMonitorUnsupported) || !errors.Is(err, rdmanl.ErrUnsupported) {
+			t.Fatalf("WatchRDMAMonitor without ib_core: %v, want ErrRDMAMonitorUnsupported and rdmanl.ErrUnsupported", err)
 		}
 		t.Logf("unsupported, as expected: %v", err)
 	case <-time.After(10 * time.Second):

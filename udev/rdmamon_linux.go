@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
+	"github.com/nvmet-rebind/nvmet-rebind/udev/rdmanl"
 )
 
 // dialRDMAMonitor asks the kernel whether it has the monitor, then opens a
@@ -41,15 +41,16 @@ func dialRDMAMonitor(rcvbuf int) (Conn, error) {
 // when the kernel has no RDMA netlink or no monitor (RDMA_NLDEV_CMD_SYS_GET
 // without RDMA_NLDEV_SYS_ATTR_MONITOR_MODE).
 func checkRDMAMonitor() error {
-	r, err := rdma.OpenRDMA()
-	if errors.Is(err, rdma.ErrUnsupported) {
+	s, err := rdmanl.Open()
+	if errors.Is(err, rdmanl.ErrUnsupported) {
 		return fmt.Errorf("%w: %w", ErrRDMAMonitorUnsupported, err)
 	}
 	if err != nil {
 		return err
 	}
-	ok, err := r.MonitorSupported()
-	if err = errors.Join(err, r.Close()); err != nil {
+	// A fresh socket: no stale answer can carry the same sequence number.
+	ok, err := rdmanl.MonitorSupported(s, 1)
+	if err = errors.Join(err, s.Close()); err != nil {
 		return err
 	}
 	if !ok {
@@ -62,8 +63,8 @@ func setupMonitorFd(fd, rcvbuf int) error {
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("rdma monitor socket: bind: %w", err)
 	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_ADD_MEMBERSHIP, rdma.MonitorGroup); err != nil {
-		return fmt.Errorf("rdma monitor socket: join group %d (RDMA_NL_GROUP_NOTIFY): %w", rdma.MonitorGroup, err)
+	if err := unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_ADD_MEMBERSHIP, rdmanl.MonitorGroup); err != nil {
+		return fmt.Errorf("rdma monitor socket: join group %d (RDMA_NL_GROUP_NOTIFY): %w", rdmanl.MonitorGroup, err)
 	}
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, rcvbuf); err != nil {
 		// Without CAP_NET_ADMIN: capped at net.core.rmem_max.

@@ -15,81 +15,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
+	"github.com/nvmet-rebind/nvmet-rebind/udev/rdmanl"
 )
-
-// Recorded on Debian's 6.12 and 7.3 (testdata/rdmamon-6.12/README.md,
-// testdata/rdmamon-7.3/README.md).
-func TestParseRDMAMonitorFixtures(t *testing.T) {
-	t.Parallel()
-	dev := func(typ rdma.MonitorEventType, idx uint32, name string) rdma.MonitorEvent {
-		return rdma.MonitorEvent{Type: typ, HasDev: true, DevIndex: idx, DevName: name}
-	}
-	register := func(idx uint32) rdma.MonitorEvent { return dev(rdma.MonitorRegister, idx, "rxe0") }
-	unregister := func(idx uint32) rdma.MonitorEvent { return dev(rdma.MonitorUnregister, idx, "rxe0") }
-	attach := func(idx uint32) rdma.MonitorEvent {
-		return rdma.MonitorEvent{Type: rdma.MonitorNetdevAttach, HasDev: true, DevIndex: idx, DevName: "rxe0", Port: 1, HasNetdev: true, NetdevIndex: 3, Netdev: "veth0"}
-	}
-	// NETDEV_RENAME names only the netdev (fill_mon_netdev_rename): no
-	// device index, no port.
-	netdevRename := func(name string) rdma.MonitorEvent {
-		return rdma.MonitorEvent{Type: rdma.MonitorNetdevRename, HasNetdev: true, NetdevIndex: 3, Netdev: name}
-	}
-	for _, tc := range []struct {
-		file string
-		want [][]rdma.MonitorEvent // per datagram
-	}{
-		{"rdmamon-6.12/monitor-rdma-link-add-rxe0.hex", [][]rdma.MonitorEvent{{register(0)}, {attach(0)}}},
-		{"rdmamon-6.12/monitor-rdma-link-delete-rxe0.hex", [][]rdma.MonitorEvent{{unregister(0)}}},
-		{"rdmamon-6.12/monitor-rdma-link-add-rxe0-again.hex", [][]rdma.MonitorEvent{{register(1)}, {attach(1)}}},
-		{"rdmamon-6.12/monitor-ip-link-del-veth0.hex", [][]rdma.MonitorEvent{{unregister(1)}}},
-		{"rdmamon-6.12/monitor-rdma-dev-set-rxe0-name-rxe9.hex", nil},
-		{"rdmamon-6.12/monitor-ip-link-set-veth0-name-veth9.hex", nil},
-		{"rdmamon-6.1/monitor-rdma-link-add-rxe0.hex", nil},
-
-		{"rdmamon-7.3/monitor-rdma-link-add-rxe0.hex", [][]rdma.MonitorEvent{{register(0)}, {attach(0)}}},
-		{"rdmamon-7.3/monitor-rdma-dev-set-rxe0-name-rxe9.hex", [][]rdma.MonitorEvent{{dev(rdma.MonitorRename, 0, "rxe9")}}},
-		{"rdmamon-7.3/monitor-rdma-dev-set-rxe9-name-rxe0.hex", [][]rdma.MonitorEvent{{dev(rdma.MonitorRename, 0, "rxe0")}}},
-		{"rdmamon-7.3/monitor-ip-link-set-veth0-name-veth9.hex", [][]rdma.MonitorEvent{{netdevRename("veth9")}}},
-		{"rdmamon-7.3/monitor-ip-link-set-veth9-name-veth0.hex", [][]rdma.MonitorEvent{{netdevRename("veth0")}}},
-		{"rdmamon-7.3/monitor-ip-link-set-veth0-down.hex", nil},
-		{"rdmamon-7.3/monitor-ip-link-set-veth0-name-veth9-while-down.hex", [][]rdma.MonitorEvent{{netdevRename("veth9")}}},
-		{"rdmamon-7.3/monitor-ip-link-set-veth9-name-veth0-while-down.hex", [][]rdma.MonitorEvent{{netdevRename("veth0")}}},
-		{"rdmamon-7.3/monitor-ip-link-set-veth0-up.hex", nil},
-		{"rdmamon-7.3/monitor-rdma-link-delete-rxe0.hex", [][]rdma.MonitorEvent{{unregister(0)}}},
-		{"rdmamon-7.3/monitor-rdma-link-add-rxe0-again.hex", [][]rdma.MonitorEvent{{register(1)}, {attach(1)}}},
-		{"rdmamon-7.3/monitor-ip-link-del-veth0.hex", [][]rdma.MonitorEvent{{unregister(1)}}},
-	} {
-		t.Run(tc.file, func(t *testing.T) {
-			var got [][]rdma.MonitorEvent
-			for i, dg := range readHex(t, tc.file) {
-				evs, err := rdma.ParseMonitor(dg)
-				if err != nil {
-					t.Fatalf("datagram %d: %v", i, err)
-				}
-				got = append(got, evs)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("ParseMonitor (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
-func TestParseMonitorModeFixtures(t *testing.T) {
-	t.Parallel()
-	for file, want := range map[string]bool{
-		"rdmamon-6.12/sys-get-doit-ack.hex": true,
-		"rdmamon-7.3/sys-get-doit-ack.hex":  true,
-		"rdmamon-6.1/sys-get-doit-ack.hex":  false,
-	} {
-		dgs := readHex(t, file)
-		got, err := rdma.ParseMonitorMode(dgs[1:]) // the first is the request
-		if err != nil || got != want {
-			t.Errorf("%s: ParseMonitorMode = %v, %v; want %v", file, got, err, want)
-		}
-	}
-}
 
 // monitorMsg builds an RDMA_NLDEV_CMD_MONITOR message as nldev.c does
 // (rdma_nl_notify_event): attrs are (type, value) pairs, value a uint32, a
@@ -225,7 +152,7 @@ func TestParseRDMAMonitorErrors(t *testing.T) {
 	}
 	// Two messages in one datagram, a NOOP between them: two events.
 	two := append(append(bytes.Clone(good), monitorMsg(1)...), good...)
-	if evs, err := rdma.ParseMonitor(two); err != nil || len(evs) != 2 {
+	if evs, err := rdmanl.ParseMonitor(two); err != nil || len(evs) != 2 {
 		t.Errorf("two messages: %v, %v", evs, err)
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/backoff"
+	"github.com/nvmet-rebind/nvmet-rebind/udev/backoff"
 )
 
 // stream is one event source as resubscribe sees it.

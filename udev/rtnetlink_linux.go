@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/backoff"
+	"github.com/nvmet-rebind/nvmet-rebind/udev/backoff"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"

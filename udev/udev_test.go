@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/backoff"
+	"github.com/nvmet-rebind/nvmet-rebind/udev/backoff"
 
 	"github.com/google/go-cmp/cmp"
 )

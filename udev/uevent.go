@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/backoff"
+	"github.com/nvmet-rebind/nvmet-rebind/udev/backoff"
 )
 
 // Conn is the kernel uevent socket, small enough to fake.

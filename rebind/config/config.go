@@ -21,8 +21,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/bounded"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded"
 )
 
 // duration is a TOML string like "10m" or "0".

@@ -7,8 +7,8 @@ import (
 	"os"
 	"syscall"
 
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded/boundedtest"
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/bounded"
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/bounded/boundedtest"
 
 	"net/netip"
 	"path/filepath"

@@ -2,46 +2,23 @@ package rdma
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"strconv"
-	"syscall"
-)
 
-// Netlink framing (include/uapi/linux/netlink.h). Spelled out here rather
-// than taken from x/sys/unix so that the parsers build on every platform.
-const (
-	nlmsgHdrLen = 16 // struct nlmsghdr
-	nlaHdrLen   = 4  // struct nlattr
-
-	nlmsgError   = 0x2
-	nlmsgDone    = 0x3
-	nlmsgOverrun = 0x4
-	nlmsgMinType = 0x10 // types below are control messages
-
-	nlmFRequest  = 0x001
-	nlmFDumpIntr = 0x010
-	nlmFDump     = 0x300 // NLM_F_ROOT|NLM_F_MATCH
-
-	nlaTypeMask = 0x3fff // strips NLA_F_NESTED and NLA_F_NET_BYTEORDER
+	"github.com/nvmet-rebind/nvmet-rebind/udev/rdmanl"
 )
 
 // RDMA netlink, nldev client (include/uapi/rdma/rdma_netlink.h).
 const (
-	rdmaNLNLDev = 5 // RDMA_NL_NLDEV; nlmsg_type = RDMA_NL_NLDEV<<10 | cmd
-
 	nldevCmdGet        = 1  // RDMA_NLDEV_CMD_GET
 	nldevCmdPortGet    = 5  // RDMA_NLDEV_CMD_PORT_GET
 	nldevCmdResCMIDGet = 11 // RDMA_NLDEV_CMD_RES_CM_ID_GET
 )
 
-// enum rdma_nldev_attr.
+// enum rdma_nldev_attr; DEV_INDEX, DEV_NAME, PORT_INDEX, NDEV_INDEX and
+// NDEV_NAME are rdmanl's (the monitor carries them too).
 const (
-	attrDevIndex      = 1  // u32
-	attrDevName       = 2  // string
-	attrPortIndex     = 3  // u32
 	attrNodeGUID      = 6  // u64
 	attrPortState     = 12 // u8
 	attrPortPhysState = 13 // u8
@@ -54,8 +31,6 @@ const (
 	attrResPS         = 32 // u32
 	attrResSrcAddr    = 33 // struct __kernel_sockaddr_storage
 	attrResDstAddr    = 34 // struct __kernel_sockaddr_storage
-	attrNdevIndex     = 50 // u32
-	attrNdevName      = 51 // string
 	attrResCMIDN      = 63 // u32
 	attrDevProtocol   = 67 // string
 )
@@ -69,100 +44,8 @@ const (
 // Netlink headers and attribute values are in host byte order.
 func get16(b []byte) uint16    { return binary.NativeEndian.Uint16(b) }
 func get32(b []byte) uint32    { return binary.NativeEndian.Uint32(b) }
-func get64(b []byte) uint64    { return binary.NativeEndian.Uint64(b) }
 func put16(b []byte, v uint16) { binary.NativeEndian.PutUint16(b, v) }
 func put32(b []byte, v uint32) { binary.NativeEndian.PutUint32(b, v) }
-
-func nldevType(cmd uint16) uint16 { return rdmaNLNLDev<<10 | cmd }
-
-func align4(n int) int { return (n + 3) &^ 3 }
-
-// nlMsg is one netlink message; data is the payload after the header and
-// aliases the datagram it was cut from.
-type nlMsg struct {
-	typ   uint16
-	flags uint16
-	seq   uint32
-	pid   uint32
-	data  []byte
-}
-
-// splitMessages cuts one datagram into its netlink messages.
-func splitMessages(b []byte) ([]nlMsg, error) {
-	var msgs []nlMsg
-	for off := 0; off < len(b); {
-		rest := len(b) - off
-		if rest < nlmsgHdrLen {
-			return nil, fmt.Errorf("message at offset %d: %d bytes left, header needs %d", off, rest, nlmsgHdrLen)
-		}
-		l := get32(b[off:])
-		if l < nlmsgHdrLen || uint64(l) > uint64(rest) {
-			return nil, fmt.Errorf("message at offset %d: length %d out of range [%d, %d]", off, l, nlmsgHdrLen, rest)
-		}
-		msgs = append(msgs, nlMsg{
-			typ:   get16(b[off+4:]),
-			flags: get16(b[off+6:]),
-			seq:   get32(b[off+8:]),
-			pid:   get32(b[off+12:]),
-			data:  b[off+nlmsgHdrLen : off+int(l) : off+int(l)],
-		})
-		off += align4(int(l))
-	}
-	return msgs, nil
-}
-
-// forEachAttr calls fn for every attribute in b, with the type stripped of
-// its flag bits. Nested tables in RDMA netlink carry no NLA_F_NESTED: the
-// caller knows which ids are nested.
-func forEachAttr(b []byte, fn func(typ uint16, data []byte) error) error {
-	for off := 0; off < len(b); {
-		rest := len(b) - off
-		if rest < nlaHdrLen {
-			return fmt.Errorf("attribute at offset %d: %d trailing bytes", off, rest)
-		}
-		l := int(get16(b[off:]))
-		typ := get16(b[off+2:]) & nlaTypeMask
-		if l < nlaHdrLen || l > rest {
-			return fmt.Errorf("attribute %d at offset %d: length %d out of range [%d, %d]", typ, off, l, nlaHdrLen, rest)
-		}
-		if err := fn(typ, b[off+nlaHdrLen:off+l:off+l]); err != nil {
-			return err
-		}
-		off += align4(l)
-	}
-	return nil
-}
-
-func attrU8(typ uint16, b []byte) (uint8, error) {
-	if len(b) != 1 {
-		return 0, fmt.Errorf("attribute %d: %d bytes, want 1", typ, len(b))
-	}
-	return b[0], nil
-}
-
-func attrU32(typ uint16, b []byte) (uint32, error) {
-	if len(b) != 4 {
-		return 0, fmt.Errorf("attribute %d: %d bytes, want 4", typ, len(b))
-	}
-	return get32(b), nil
-}
-
-func attrU64(typ uint16, b []byte) (uint64, error) {
-	if len(b) != 8 {
-		return 0, fmt.Errorf("attribute %d: %d bytes, want 8", typ, len(b))
-	}
-	return get64(b), nil
-}
-
-// attrString returns a NLA_NUL_STRING up to its first NUL.
-func attrString(b []byte) string {
-	for i, c := range b {
-		if c == 0 {
-			return string(b[:i])
-		}
-	}
-	return string(b)
-}
 
 // attrSockaddr decodes a struct __kernel_sockaddr_storage: family in host
 // order, port and address in network order. Families other than AF_INET and
@@ -192,127 +75,22 @@ func attrSockaddr(typ uint16, b []byte) (netip.AddrPort, error) {
 	}
 }
 
-// dumpReader collects the data messages of one dump answer of type typ,
-// datagram by datagram, until NLMSG_DONE (or the NLMSG_ERROR of a doit).
-type dumpReader struct {
-	typ      uint16
-	seq      uint32
-	checkSeq bool // skip messages of other sequence numbers (stale answers)
-	msgs     []nlMsg
-	done     bool
-	n        int // datagrams seen
-}
-
-func (d *dumpReader) add(datagram []byte) error {
-	i := d.n
-	d.n++
-	if len(datagram) == 0 {
-		return fmt.Errorf("datagram %d: empty", i)
-	}
-	msgs, err := splitMessages(datagram)
-	if err != nil {
-		return fmt.Errorf("datagram %d: %w", i, err)
-	}
-	for _, m := range msgs {
-		if d.checkSeq && m.seq != d.seq {
-			continue
-		}
-		if d.done {
-			return fmt.Errorf("datagram %d: message type %#x after the end of the dump", i, m.typ)
-		}
-		if m.flags&nlmFDumpIntr != 0 {
-			// The kernel saw the table change under the dump.
-			return fmt.Errorf("datagram %d: dump interrupted (NLM_F_DUMP_INTR): %w", i, syscall.EINTR)
-		}
-		switch {
-		case m.typ == nlmsgDone:
-			d.done = true
-			// The payload is an int; a dump's error comes here, not as NLMSG_ERROR.
-			if len(m.data) >= 4 {
-				if e := int32(get32(m.data)); e != 0 {
-					return &kernelError{errno: errno(e), done: true}
-				}
-			}
-		case m.typ == nlmsgError:
-			d.done = true
-			if len(m.data) < 4 {
-				return fmt.Errorf("datagram %d: NLMSG_ERROR of %d bytes", i, len(m.data))
-			}
-			if e := int32(get32(m.data)); e != 0 {
-				return &kernelError{errno: errno(e)}
-			}
-		case m.typ == nlmsgOverrun:
-			return fmt.Errorf("datagram %d: NLMSG_OVERRUN: %w", i, syscall.ENOBUFS)
-		case m.typ < nlmsgMinType:
-			// NLMSG_NOOP and unknown control messages carry nothing for us.
-		case m.typ != d.typ:
-			return fmt.Errorf("datagram %d: message type %#x, want %#x", i, m.typ, d.typ)
-		default:
-			d.msgs = append(d.msgs, m)
-		}
-	}
-	return nil
-}
-
-// kernelError is the errno the kernel answered a request with, as opposed to
-// a local syscall failure.
-type kernelError struct {
-	errno syscall.Errno
-	done  bool // carried by NLMSG_DONE (a dump), not NLMSG_ERROR
-}
-
-func (e *kernelError) Error() string {
-	if e.done {
-		return "kernel ended the dump with: " + e.errno.Error()
-	}
-	return "kernel answered: " + e.errno.Error()
-}
-
-func (e *kernelError) Unwrap() error { return e.errno }
-
-// isKernelErrno reports whether err carries errno n answered by the kernel.
-func isKernelErrno(err error, n syscall.Errno) bool {
-	var ke *kernelError
-	return errors.As(err, &ke) && ke.errno == n
-}
-
-func errno(e int32) syscall.Errno {
-	if e < 0 {
-		return syscall.Errno(-int64(e))
-	}
-	return syscall.Errno(e)
-}
-
-// readDump runs datagrams, answers only, through a dumpReader.
-func readDump(datagrams [][]byte, typ uint16) ([]nlMsg, error) {
-	d := dumpReader{typ: typ}
-	for _, dg := range datagrams {
-		if err := d.add(dg); err != nil {
-			return nil, err
-		}
-	}
-	if !d.done {
-		return nil, fmt.Errorf("answer ends before NLMSG_DONE: %w", io.ErrUnexpectedEOF)
-	}
-	return d.msgs, nil
-}
-
 // newRequest builds a dump request of the nldev command cmd (flags
 // NLM_F_REQUEST|NLM_F_DUMP, nlmsg_pid 0), with RDMA_NLDEV_ATTR_DEV_INDEX when
 // withDev is set.
 func newRequest(cmd uint16, seq uint32, dev uint32, withDev bool) []byte {
-	n := nlmsgHdrLen
+	n := rdmanl.HdrLen
 	if withDev {
-		n += nlaHdrLen + 4
+		n += rdmanl.AttrHdrLen + 4
 	}
 	b := make([]byte, n)
 	put32(b[0:], uint32(n))
-	put16(b[4:], nldevType(cmd))
-	put16(b[6:], nlmFRequest|nlmFDump)
+	put16(b[4:], rdmanl.NLDevType(cmd))
+	put16(b[6:], rdmanl.NLMFRequest|rdmanl.NLMFDump)
 	put32(b[8:], seq)
 	if withDev {
-		put16(b[16:], nlaHdrLen+4)
-		put16(b[18:], attrDevIndex)
+		put16(b[16:], rdmanl.AttrHdrLen+4)
+		put16(b[18:], rdmanl.AttrDevIndex)
 		put32(b[20:], dev)
 	}
 	return b
@@ -326,8 +104,8 @@ func ParseDevices(datagrams [][]byte) ([]Device, error) {
 
 // parseDump reads a dump's answer datagrams and decodes its messages,
 // naming the dump in errors.
-func parseDump[T any](datagrams [][]byte, cmd uint16, what string, parse func([]nlMsg) ([]T, error)) ([]T, error) {
-	msgs, err := readDump(datagrams, nldevType(cmd))
+func parseDump[T any](datagrams [][]byte, cmd uint16, what string, parse func([]rdmanl.Msg) ([]T, error)) ([]T, error) {
+	msgs, err := rdmanl.ReadDump(datagrams, rdmanl.NLDevType(cmd))
 	if err == nil {
 		var out []T
 		if out, err = parse(msgs); err == nil {
@@ -337,10 +115,10 @@ func parseDump[T any](datagrams [][]byte, cmd uint16, what string, parse func([]
 	return nil, fmt.Errorf("rdma netlink: %s: %w", what, err)
 }
 
-func parseDevices(msgs []nlMsg) ([]Device, error) {
+func parseDevices(msgs []rdmanl.Msg) ([]Device, error) {
 	var devs []Device
 	for i, m := range msgs {
-		d, err := parseDevice(m.data)
+		d, err := parseDevice(m.Data)
 		if err != nil {
 			return nil, fmt.Errorf("message %d: %w", i, err)
 		}
@@ -354,21 +132,21 @@ func parseDevice(b []byte) (Device, error) {
 		d                 Device
 		haveIdx, haveName bool
 	)
-	err := forEachAttr(b, func(typ uint16, v []byte) error {
+	err := rdmanl.ForEachAttr(b, func(typ uint16, v []byte) error {
 		var err error
 		switch typ {
-		case attrDevIndex:
-			d.Index, err = attrU32(typ, v)
+		case rdmanl.AttrDevIndex:
+			d.Index, err = rdmanl.AttrU32(typ, v)
 			haveIdx = true
-		case attrDevName:
-			d.Name = attrString(v)
+		case rdmanl.AttrDevName:
+			d.Name = rdmanl.AttrString(v)
 			haveName = true
 		case attrNodeGUID:
-			d.NodeGUID, err = attrU64(typ, v)
+			d.NodeGUID, err = rdmanl.AttrU64(typ, v)
 		case attrDevNodeType:
-			d.NodeType, err = attrU8(typ, v)
+			d.NodeType, err = rdmanl.AttrU8(typ, v)
 		case attrDevProtocol:
-			d.Protocol = attrString(v)
+			d.Protocol = rdmanl.AttrString(v)
 		}
 		return err
 	})
@@ -383,12 +161,12 @@ func parseDevice(b []byte) (Device, error) {
 
 // ParsePorts decodes the answer datagrams of an RDMA_NLDEV_CMD_PORT_GET dump.
 func ParsePorts(datagrams [][]byte) ([]Port, error) {
-	return parseDump(datagrams, nldevCmdPortGet, "port dump", func(m []nlMsg) ([]Port, error) { return parsePorts(m, 0, false) })
+	return parseDump(datagrams, nldevCmdPortGet, "port dump", func(m []rdmanl.Msg) ([]Port, error) { return parsePorts(m, 0, false) })
 }
 
 // parsePorts decodes PORT_GET messages; with checkDev every message must
 // belong to device dev.
-func parsePorts(msgs []nlMsg, dev uint32, checkDev bool) ([]Port, error) {
+func parsePorts(msgs []rdmanl.Msg, dev uint32, checkDev bool) ([]Port, error) {
 	var ports []Port
 	for i, m := range msgs {
 		var (
@@ -396,23 +174,23 @@ func parsePorts(msgs []nlMsg, dev uint32, checkDev bool) ([]Port, error) {
 			idx               uint32
 			haveIdx, havePort bool
 		)
-		err := forEachAttr(m.data, func(typ uint16, v []byte) error {
+		err := rdmanl.ForEachAttr(m.Data, func(typ uint16, v []byte) error {
 			var err error
 			switch typ {
-			case attrDevIndex:
-				idx, err = attrU32(typ, v)
+			case rdmanl.AttrDevIndex:
+				idx, err = rdmanl.AttrU32(typ, v)
 				haveIdx = true
-			case attrPortIndex:
-				p.Index, err = attrU32(typ, v)
+			case rdmanl.AttrPortIndex:
+				p.Index, err = rdmanl.AttrU32(typ, v)
 				havePort = true
 			case attrPortState:
-				p.State, err = attrU8(typ, v)
+				p.State, err = rdmanl.AttrU8(typ, v)
 			case attrPortPhysState:
-				p.PhysState, err = attrU8(typ, v)
-			case attrNdevIndex:
-				p.NetdevIndex, err = attrU32(typ, v)
-			case attrNdevName:
-				p.Netdev = attrString(v)
+				p.PhysState, err = rdmanl.AttrU8(typ, v)
+			case rdmanl.AttrNdevIndex:
+				p.NetdevIndex, err = rdmanl.AttrU32(typ, v)
+			case rdmanl.AttrNdevName:
+				p.Netdev = rdmanl.AttrString(v)
 			}
 			return err
 		})
@@ -434,14 +212,14 @@ func parsePorts(msgs []nlMsg, dev uint32, checkDev bool) ([]Port, error) {
 // dump. A dump of a missing device index answers NLMSG_DONE with -EINVAL:
 // the error then satisfies errors.Is(err, syscall.EINVAL).
 func ParseCMIDs(datagrams [][]byte) ([]CMID, error) {
-	return parseDump(datagrams, nldevCmdResCMIDGet, "cm_id dump", func(m []nlMsg) ([]CMID, error) { return parseCMIDs(m, 0, false) })
+	return parseDump(datagrams, nldevCmdResCMIDGet, "cm_id dump", func(m []rdmanl.Msg) ([]CMID, error) { return parseCMIDs(m, 0, false) })
 }
 
 // parseCMIDs decodes RES_CM_ID_GET messages: DEV_INDEX, DEV_NAME and one
 // RES_CM_ID table each (a table too large for one message continues in the
 // next, which repeats DEV_INDEX and DEV_NAME). With checkDev every message
 // must belong to device dev.
-func parseCMIDs(msgs []nlMsg, dev uint32, checkDev bool) ([]CMID, error) {
+func parseCMIDs(msgs []rdmanl.Msg, dev uint32, checkDev bool) ([]CMID, error) {
 	var ids []CMID
 	for i, m := range msgs {
 		var (
@@ -450,14 +228,14 @@ func parseCMIDs(msgs []nlMsg, dev uint32, checkDev bool) ([]CMID, error) {
 			table             []byte
 			haveIdx, haveName bool
 		)
-		err := forEachAttr(m.data, func(typ uint16, v []byte) error {
+		err := rdmanl.ForEachAttr(m.Data, func(typ uint16, v []byte) error {
 			var err error
 			switch typ {
-			case attrDevIndex:
-				idx, err = attrU32(typ, v)
+			case rdmanl.AttrDevIndex:
+				idx, err = rdmanl.AttrU32(typ, v)
 				haveIdx = true
-			case attrDevName:
-				name = attrString(v)
+			case rdmanl.AttrDevName:
+				name = rdmanl.AttrString(v)
 				haveName = true
 			case attrResCMID:
 				if table != nil {
@@ -477,7 +255,7 @@ func parseCMIDs(msgs []nlMsg, dev uint32, checkDev bool) ([]CMID, error) {
 			return nil, fmt.Errorf("message %d: cm_id table of device %d, asked for device %d", i, idx, dev)
 		}
 		n := 0
-		err = forEachAttr(table, func(typ uint16, v []byte) error {
+		err = rdmanl.ForEachAttr(table, func(typ uint16, v []byte) error {
 			if typ != attrResCMIDEntry {
 				return nil
 			}
@@ -502,26 +280,26 @@ func parseCMIDEntry(b []byte) (CMID, error) {
 		c         CMID
 		haveState bool
 	)
-	err := forEachAttr(b, func(typ uint16, v []byte) error {
+	err := rdmanl.ForEachAttr(b, func(typ uint16, v []byte) error {
 		var err error
 		switch typ {
-		case attrPortIndex:
-			c.Port, err = attrU32(typ, v)
+		case rdmanl.AttrPortIndex:
+			c.Port, err = rdmanl.AttrU32(typ, v)
 		case attrResState:
-			c.State, err = attrU8(typ, v)
+			c.State, err = rdmanl.AttrU8(typ, v)
 			haveState = true
 		case attrResPS:
-			c.PS, err = attrU32(typ, v)
+			c.PS, err = rdmanl.AttrU32(typ, v)
 		case attrResSrcAddr:
 			c.Src, err = attrSockaddr(typ, v)
 		case attrResDstAddr:
 			c.Dst, err = attrSockaddr(typ, v)
 		case attrResCMIDN:
-			c.CMIDN, err = attrU32(typ, v)
+			c.CMIDN, err = rdmanl.AttrU32(typ, v)
 		case attrResKernName:
-			c.KernName = attrString(v)
+			c.KernName = rdmanl.AttrString(v)
 		case attrResPID:
-			c.PID, err = attrU32(typ, v)
+			c.PID, err = rdmanl.AttrU32(typ, v)
 		}
 		return err
 	})

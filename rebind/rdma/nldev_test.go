@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/nvmet-rebind/nvmet-rebind/udev/rdmanl"
 )
 
 // loadHex reads a testdata/*.hex fixture: one datagram per non-comment line.
@@ -283,14 +285,14 @@ func TestParseDeviceChecks(t *testing.T) {
 		t.Error("ParsePorts accepted a GET dump")
 	}
 	// parsePorts and parseCMIDs check the device they were asked about.
-	msgs, err := readDump(answers(t, "s4-nldev-port-get-dump-rxe0.hex"), nldevType(nldevCmdPortGet))
+	msgs, err := rdmanl.ReadDump(answers(t, "s4-nldev-port-get-dump-rxe0.hex"), rdmanl.NLDevType(nldevCmdPortGet))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := parsePorts(msgs, 1, true); err == nil {
 		t.Error("parsePorts accepted ports of device 2 for device 1")
 	}
-	msgs, err = readDump(answers(t, "s4-nldev-res-cm-id-get-dump-rxe0.hex"), nldevType(nldevCmdResCMIDGet))
+	msgs, err = rdmanl.ReadDump(answers(t, "s4-nldev-res-cm-id-get-dump-rxe0.hex"), rdmanl.NLDevType(nldevCmdResCMIDGet))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +317,7 @@ func TestParseMalformed(t *testing.T) {
 	data, done := s1[0], s1[1]
 
 	overrun := bytes.Clone(done)
-	put16(overrun[4:], nlmsgOverrun)
+	put16(overrun[4:], rdmanl.NLMsgOverrun)
 	badLen := bytes.Clone(data)
 	put32(badLen[0:], uint32(len(data)+4))
 	shortLen := bytes.Clone(data)
@@ -342,7 +344,7 @@ func TestParseMalformed(t *testing.T) {
 		{name: "empty datagram", datagrams: [][]byte{{}, done}},
 		{name: "message after NLMSG_DONE", datagrams: [][]byte{data, done, data}},
 		{name: "NLMSG_DONE twice", datagrams: [][]byte{done, done}},
-		{name: "dump interrupted", datagrams: [][]byte{withFlags(data, nlmFDumpIntr), done}, wantErr: syscall.EINTR},
+		{name: "dump interrupted", datagrams: [][]byte{withFlags(data, rdmanl.NLMFDumpIntr), done}, wantErr: syscall.EINTR},
 		{name: "overrun", datagrams: [][]byte{data, overrun}, wantErr: syscall.ENOBUFS},
 		{name: "nlmsg_len beyond datagram", datagrams: [][]byte{badLen, done}},
 		{name: "nlmsg_len below header", datagrams: [][]byte{shortLen, done}},
@@ -350,7 +352,7 @@ func TestParseMalformed(t *testing.T) {
 		{name: "nested table beyond message", datagrams: [][]byte{badTable, done}},
 		{name: "u32 of 2 bytes", datagrams: [][]byte{shortU32, done}},
 		{name: "request in the answer", datagrams: [][]byte{req, done}},
-		{name: "short NLMSG_ERROR", datagrams: [][]byte{{16, 0, 0, 0, nlmsgError, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}}},
+		{name: "short NLMSG_ERROR", datagrams: [][]byte{{16, 0, 0, 0, rdmanl.NLMsgError, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -429,7 +431,7 @@ func TestRequests(t *testing.T) {
 			got := newRequest(tt.cmd, 0x01020304, tt.dev, tt.withDev)
 			// seq and pid differ from one recording to the next.
 			for _, b := range [][]byte{want, got} {
-				if len(b) >= nlmsgHdrLen {
+				if len(b) >= rdmanl.HdrLen {
 					clear(b[8:16])
 				}
 			}
@@ -437,15 +439,5 @@ func TestRequests(t *testing.T) {
 				t.Errorf("request (-recorded +built):\n%s", diff)
 			}
 		})
-	}
-}
-
-func TestErrno(t *testing.T) {
-	t.Parallel()
-	if got := errno(-22); got != syscall.EINVAL {
-		t.Errorf("errno(-22) = %v", got)
-	}
-	if got := errno(-1 << 31); got == 0 {
-		t.Errorf("errno(MinInt32) = 0")
 	}
 }

@@ -6,27 +6,32 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
+
+	"github.com/nvmet-rebind/nvmet-rebind/udev/rdmanl"
 )
 
 // dumpAttempts bounds the runs of a dump that the kernel marked interrupted
 // (NLM_F_DUMP_INTR) or that lost datagrams (ENOBUFS).
 const dumpAttempts = 3
 
-// nlConn is a netlink socket: the seam between the dump logic and the kernel.
-type nlConn interface {
-	send(req []byte) error
-	// recv returns the next datagram from the kernel in a fresh slice,
-	// waiting a bounded time.
-	recv() ([]byte, error)
-	close() error
-}
-
 // RDMA is a NETLINK_RDMA socket for the nldev dumps (OpenRDMA). Its methods
 // are safe for concurrent use; they are serialized.
 type RDMA struct {
 	mu   sync.Mutex
-	conn nlConn // nil once closed
+	conn rdmanl.Conn // nil once closed
 	seq  uint32
+}
+
+// OpenRDMA opens a NETLINK_RDMA socket (rdmanl.Open). On a kernel without
+// RDMA netlink (ib_core not loaded, or not built) the error wraps
+// ErrUnsupported.
+func OpenRDMA() (*RDMA, error) {
+	s, err := rdmanl.Open()
+	if err != nil {
+		return nil, err
+	}
+	return &RDMA{conn: s, seq: uint32(time.Now().UnixNano())}, nil
 }
 
 // Close closes the socket. Further calls fail with os.ErrClosed.
@@ -38,7 +43,7 @@ func (r *RDMA) Close() error {
 	}
 	c := r.conn
 	r.conn = nil
-	if err := c.close(); err != nil {
+	if err := c.Close(); err != nil {
 		return fmt.Errorf("rdma netlink: close socket: %w", err)
 	}
 	return nil
@@ -61,7 +66,7 @@ func (r *RDMA) Devices() ([]Device, error) {
 	out := devs[:0]
 	for _, d := range devs {
 		msgs, err := r.dump(nldevCmdPortGet, d.Index, true)
-		if isKernelErrno(err, syscall.EINVAL) {
+		if rdmanl.IsKernelErrno(err, syscall.EINVAL) {
 			// The dump of a missing device index ends with -EINVAL.
 			continue
 		}
@@ -86,7 +91,7 @@ func (r *RDMA) CMIDs(devs []Device) ([]CMID, error) {
 	var ids []CMID
 	for _, d := range devs {
 		msgs, err := r.dump(nldevCmdResCMIDGet, d.Index, true)
-		if isKernelErrno(err, syscall.EINVAL) {
+		if rdmanl.IsKernelErrno(err, syscall.EINVAL) {
 			continue
 		}
 		if err != nil {
@@ -103,13 +108,13 @@ func (r *RDMA) CMIDs(devs []Device) ([]CMID, error) {
 
 // dump runs one nldev dump, again when the kernel reports it interrupted or
 // datagrams were dropped. The caller holds r.mu.
-func (r *RDMA) dump(cmd uint16, dev uint32, withDev bool) ([]nlMsg, error) {
+func (r *RDMA) dump(cmd uint16, dev uint32, withDev bool) ([]rdmanl.Msg, error) {
 	if r.conn == nil {
 		return nil, fmt.Errorf("socket: %w", os.ErrClosed)
 	}
 	var err error
 	for range dumpAttempts {
-		var msgs []nlMsg
+		var msgs []rdmanl.Msg
 		if msgs, err = r.dumpOnce(cmd, dev, withDev); err == nil {
 			return msgs, nil
 		}
@@ -120,22 +125,22 @@ func (r *RDMA) dump(cmd uint16, dev uint32, withDev bool) ([]nlMsg, error) {
 	return nil, fmt.Errorf("%d attempts: %w", dumpAttempts, err)
 }
 
-func (r *RDMA) dumpOnce(cmd uint16, dev uint32, withDev bool) ([]nlMsg, error) {
+func (r *RDMA) dumpOnce(cmd uint16, dev uint32, withDev bool) ([]rdmanl.Msg, error) {
 	// Answers to an earlier, abandoned request may still be queued: they
 	// carry an older sequence number and are skipped.
 	r.seq++
-	if err := r.conn.send(newRequest(cmd, r.seq, dev, withDev)); err != nil {
+	if err := r.conn.Send(newRequest(cmd, r.seq, dev, withDev)); err != nil {
 		return nil, fmt.Errorf("send request: %w", err)
 	}
-	d := dumpReader{typ: nldevType(cmd), seq: r.seq, checkSeq: true}
-	for !d.done {
-		dg, err := r.conn.recv()
+	d := rdmanl.DumpReader{Type: rdmanl.NLDevType(cmd), Seq: r.seq, CheckSeq: true}
+	for !d.Done {
+		dg, err := r.conn.Recv()
 		if err != nil {
 			return nil, fmt.Errorf("receive: %w", err)
 		}
-		if err := d.add(dg); err != nil {
+		if err := d.Add(dg); err != nil {
 			return nil, err
 		}
 	}
-	return d.msgs, nil
+	return d.Msgs, nil
 }

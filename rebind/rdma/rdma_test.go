@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/nvmet-rebind/nvmet-rebind/udev/rdmanl"
 )
 
 // fakeConn answers requests with recorded datagrams, their sequence numbers
@@ -40,19 +42,19 @@ func newFakeConn(t *testing.T, files map[string]string) *fakeConn {
 // withSeq returns a copy of datagram with every message's seq set to seq.
 func withSeq(datagram []byte, seq uint32) []byte {
 	b := bytes.Clone(datagram)
-	for off := 0; off+nlmsgHdrLen <= len(b); {
+	for off := 0; off+rdmanl.HdrLen <= len(b); {
 		put32(b[off+8:], seq)
 		l := int(get32(b[off:]))
-		if l < nlmsgHdrLen {
+		if l < rdmanl.HdrLen {
 			break
 		}
-		off += align4(l)
+		off += (l + 3) &^ 3 // NLMSG_ALIGN
 	}
 	return b
 }
 
-func (f *fakeConn) send(req []byte) error {
-	if len(req) < nlmsgHdrLen || get16(req[6:]) != nlmFRequest|nlmFDump {
+func (f *fakeConn) Send(req []byte) error {
+	if len(req) < rdmanl.HdrLen || get16(req[6:]) != rdmanl.NLMFRequest|rdmanl.NLMFDump {
 		f.t.Errorf("request %x is not a dump request", req)
 		return syscall.EINVAL
 	}
@@ -79,7 +81,7 @@ func (f *fakeConn) send(req []byte) error {
 	return nil
 }
 
-func (f *fakeConn) recv() ([]byte, error) {
+func (f *fakeConn) Recv() ([]byte, error) {
 	if len(f.queue) == 0 {
 		return nil, fmt.Errorf("fake: nothing queued: %w", os.ErrDeadlineExceeded)
 	}
@@ -88,7 +90,7 @@ func (f *fakeConn) recv() ([]byte, error) {
 	return dg, nil
 }
 
-func (f *fakeConn) close() error { return nil }
+func (f *fakeConn) Close() error { return nil }
 
 // s4Conn is the S4 state: siw0 (index 1) and the re-added rxe0 (index 2).
 func s4Conn(t *testing.T) *fakeConn {
@@ -182,7 +184,7 @@ func TestRDMADump(t *testing.T) {
 			name: "interrupted once, then whole",
 			tamper: func(n int, _ uint32, ans [][]byte) [][]byte {
 				if n == 0 {
-					ans[1] = withFlags(ans[1], nlmFDumpIntr)
+					ans[1] = withFlags(ans[1], rdmanl.NLMFDumpIntr)
 				}
 				return ans
 			},
@@ -191,7 +193,7 @@ func TestRDMADump(t *testing.T) {
 		{
 			name: "always interrupted",
 			tamper: func(_ int, _ uint32, ans [][]byte) [][]byte {
-				ans[0] = withFlags(ans[0], nlmFDumpIntr)
+				ans[0] = withFlags(ans[0], rdmanl.NLMFDumpIntr)
 				return ans
 			},
 			wantSent: dumpAttempts, wantErr: syscall.EINTR,

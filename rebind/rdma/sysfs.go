@@ -2,7 +2,7 @@ package rdma
 
 import (
 	"fmt"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded"
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/bounded"
 	"golang.org/x/sys/unix"
 	"io"
 	"io/fs"

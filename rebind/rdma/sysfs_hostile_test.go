@@ -2,7 +2,7 @@ package rdma
 
 import (
 	"errors"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded/boundedtest"
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/bounded/boundedtest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded"
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/bounded"
 )
 
 // TestReadSysfsGIDsNonRegular: a GID table file or attribute that is not a

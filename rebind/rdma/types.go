@@ -8,23 +8,27 @@
 // Index answers what a plan asks of one reading of them (which port
 // carries an address, which listeners an endpoint has).
 //
-// The NETLINK_RDMA requests and their parsing are written here by hand:
-// no Go library speaks RDMA netlink's nldev family (the cm_id resource dump
-// in particular); its wire rules (KERNEL.md) are in nldev.go. Parsing is
-// done by pure functions over recorded bytes; the sockets live in _linux.go
-// files. The package never logs and never decides anything.
+// The NETLINK_RDMA requests and their parsing are written by hand: no Go
+// library speaks RDMA netlink's nldev family (the cm_id resource dump in
+// particular). The netlink framing, the request socket and the monitor are
+// udev/rdmanl's; the nldev dumps and their wire rules (KERNEL.md) are in
+// nldev.go. Parsing is done by pure functions over recorded bytes; the
+// sockets live in _linux.go files. The package never logs and never
+// decides anything.
 package rdma
 
 import (
 	"bytes"
-	"errors"
 	"net/netip"
 	"slices"
+
+	"github.com/nvmet-rebind/nvmet-rebind/udev/rdmanl"
 )
 
 // ErrUnsupported is returned when the running kernel (or the platform) has no
-// RDMA netlink: whether a listener is alive is then unknown.
-var ErrUnsupported = errors.New("rdma netlink is not available on this kernel (is ib_core loaded?)")
+// RDMA netlink: whether a listener is alive is then unknown. It is
+// rdmanl.ErrUnsupported, which OpenRDMA's error wraps.
+var ErrUnsupported = rdmanl.ErrUnsupported
 
 // CM identifier states (enum rdma_cm_state, drivers/infiniband/core/cma_priv.h;
 // not part of the uapi).

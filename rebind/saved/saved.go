@@ -14,8 +14,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/bounded"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded"
 )
 
 // nvmetcli's format (nvmetcli/nvmet/nvme.py Root.dump()).

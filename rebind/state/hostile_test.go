@@ -6,7 +6,7 @@ package state_test
 // on.
 
 import (
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded/boundedtest"
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/bounded/boundedtest"
 	"os"
 	"path/filepath"
 	"slices"

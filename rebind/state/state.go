@@ -65,7 +65,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded"
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/bounded"
 	"io/fs"
 	"os"
 	"path/filepath"

@@ -5,7 +5,7 @@ package bounded_test
 import (
 	"bytes"
 	"errors"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded/boundedtest"
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/bounded/boundedtest"
 	"io/fs"
 	"net"
 	"os"
@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/bounded"
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/bounded"
 )
 
 // within fails the test if f does not return within 5 s: a read that

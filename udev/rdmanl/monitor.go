@@ -1,9 +1,8 @@
-package rdma
+package rdmanl
 
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"syscall"
 )
@@ -20,8 +19,6 @@ const (
 
 	attrEventType      = 102 // RDMA_NLDEV_ATTR_EVENT_TYPE, u8
 	sysAttrMonitorMode = 103 // RDMA_NLDEV_SYS_ATTR_MONITOR_MODE, u8
-
-	nlmFAck = 0x004
 )
 
 // MonitorEventType is enum rdma_nl_notify_event_type.
@@ -81,23 +78,23 @@ func ParseMonitor(datagram []byte) ([]MonitorEvent, error) {
 	if len(datagram) == 0 {
 		return nil, errors.New("rdma monitor: empty datagram")
 	}
-	msgs, err := splitMessages(datagram)
+	msgs, err := SplitMessages(datagram)
 	if err != nil {
 		return nil, fmt.Errorf("rdma monitor: %w", err)
 	}
 	var evs []MonitorEvent
 	for i, m := range msgs {
 		switch {
-		case m.typ == nlmsgOverrun:
+		case m.Type == NLMsgOverrun:
 			return nil, fmt.Errorf("rdma monitor: message %d: NLMSG_OVERRUN: %w", i, syscall.ENOBUFS)
-		case m.typ == nlmsgError || m.typ == nlmsgDone:
-			return nil, fmt.Errorf("rdma monitor: message %d: control message %#x in a multicast datagram", i, m.typ)
-		case m.typ < nlmsgMinType:
+		case m.Type == NLMsgError || m.Type == NLMsgDone:
+			return nil, fmt.Errorf("rdma monitor: message %d: control message %#x in a multicast datagram", i, m.Type)
+		case m.Type < NLMsgMinType:
 			continue
-		case m.typ != nldevType(nldevCmdMonitor):
-			return nil, fmt.Errorf("rdma monitor: message %d: type %#x, want %#x", i, m.typ, nldevType(nldevCmdMonitor))
+		case m.Type != NLDevType(nldevCmdMonitor):
+			return nil, fmt.Errorf("rdma monitor: message %d: type %#x, want %#x", i, m.Type, NLDevType(nldevCmdMonitor))
 		}
-		e, err := parseMonitorEvent(m.data)
+		e, err := parseMonitorEvent(m.Data)
 		if err != nil {
 			return nil, fmt.Errorf("rdma monitor: message %d: %w", i, err)
 		}
@@ -114,26 +111,26 @@ func parseMonitorEvent(b []byte) (MonitorEvent, error) {
 		e        MonitorEvent
 		haveType bool
 	)
-	err := forEachAttr(b, func(typ uint16, v []byte) error {
+	err := ForEachAttr(b, func(typ uint16, v []byte) error {
 		var err error
 		switch typ {
 		case attrEventType:
 			var t uint8
-			t, err = attrU8(typ, v)
+			t, err = AttrU8(typ, v)
 			e.Type = MonitorEventType(t)
 			haveType = true
-		case attrDevIndex:
-			e.DevIndex, err = attrU32(typ, v)
+		case AttrDevIndex:
+			e.DevIndex, err = AttrU32(typ, v)
 			e.HasDev = true
-		case attrDevName:
-			e.DevName = attrString(v)
-		case attrPortIndex:
-			e.Port, err = attrU32(typ, v)
-		case attrNdevIndex:
-			e.NetdevIndex, err = attrU32(typ, v)
+		case AttrDevName:
+			e.DevName = AttrString(v)
+		case AttrPortIndex:
+			e.Port, err = AttrU32(typ, v)
+		case AttrNdevIndex:
+			e.NetdevIndex, err = AttrU32(typ, v)
 			e.HasNetdev = true
-		case attrNdevName:
-			e.Netdev = attrString(v)
+		case AttrNdevName:
+			e.Netdev = AttrString(v)
 		}
 		return err
 	})
@@ -148,10 +145,10 @@ func parseMonitorEvent(b []byte) (MonitorEvent, error) {
 
 // newSysGetRequest is RDMA_NLDEV_CMD_SYS_GET as a doit with NLM_F_ACK.
 func newSysGetRequest(seq uint32) []byte {
-	b := make([]byte, nlmsgHdrLen)
-	put32(b[0:], nlmsgHdrLen)
-	put16(b[4:], nldevType(nldevCmdSysGet))
-	put16(b[6:], nlmFRequest|nlmFAck)
+	b := make([]byte, HdrLen)
+	put32(b[0:], HdrLen)
+	put16(b[4:], NLDevType(nldevCmdSysGet))
+	put16(b[6:], NLMFRequest|NLMFAck)
 	put32(b[8:], seq)
 	return b
 }
@@ -161,23 +158,23 @@ func newSysGetRequest(seq uint32) []byte {
 // it does when the answer carries RDMA_NLDEV_SYS_ATTR_MONITOR_MODE (6.12
 // and later, always 1 there); older kernels leave the attribute out.
 func ParseMonitorMode(datagrams [][]byte) (bool, error) {
-	msgs, err := readDump(datagrams, nldevType(nldevCmdSysGet))
+	msgs, err := ReadDump(datagrams, NLDevType(nldevCmdSysGet))
 	if err != nil {
 		return false, fmt.Errorf("rdma netlink: sys get: %w", err)
 	}
 	return monitorMode(msgs)
 }
 
-func monitorMode(msgs []nlMsg) (bool, error) {
+func monitorMode(msgs []Msg) (bool, error) {
 	if len(msgs) != 1 {
 		return false, fmt.Errorf("rdma netlink: sys get: %d answer messages, want 1", len(msgs))
 	}
 	var mode, have bool
-	err := forEachAttr(msgs[0].data, func(typ uint16, v []byte) error {
+	err := ForEachAttr(msgs[0].Data, func(typ uint16, v []byte) error {
 		if typ != sysAttrMonitorMode {
 			return nil
 		}
-		m, err := attrU8(typ, v)
+		m, err := AttrU8(typ, v)
 		mode, have = m != 0, true
 		return err
 	})
@@ -187,26 +184,21 @@ func monitorMode(msgs []nlMsg) (bool, error) {
 	return have && mode, nil
 }
 
-// MonitorSupported asks the kernel (RDMA_NLDEV_CMD_SYS_GET) whether it
-// multicasts RDMA_NLDEV_CMD_MONITOR events (see ParseMonitorMode).
-func (r *RDMA) MonitorSupported() (bool, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.conn == nil {
-		return false, fmt.Errorf("rdma netlink: sys get: socket: %w", os.ErrClosed)
-	}
-	r.seq++
-	if err := r.conn.send(newSysGetRequest(r.seq)); err != nil {
+// MonitorSupported asks the kernel over c (RDMA_NLDEV_CMD_SYS_GET, with
+// sequence number seq) whether it multicasts RDMA_NLDEV_CMD_MONITOR events
+// (see ParseMonitorMode).
+func MonitorSupported(c Conn, seq uint32) (bool, error) {
+	if err := c.Send(newSysGetRequest(seq)); err != nil {
 		return false, fmt.Errorf("rdma netlink: sys get: send request: %w", err)
 	}
-	d := dumpReader{typ: nldevType(nldevCmdSysGet), seq: r.seq, checkSeq: true}
-	for !d.done {
-		dg, err := r.conn.recv()
+	d := DumpReader{Type: NLDevType(nldevCmdSysGet), Seq: seq, CheckSeq: true}
+	for !d.Done {
+		dg, err := c.Recv()
 		if err != nil {
 			return false, fmt.Errorf("rdma netlink: sys get: receive: %w", err)
 		}
-		err = d.add(dg)
-		var ke *kernelError
+		err = d.Add(dg)
+		var ke *KernelError
 		if errors.As(err, &ke) {
 			// A kernel older than RDMA_NLDEV_CMD_SYS_GET (5.1) refuses
 			// the command: it has no monitor either.
@@ -216,5 +208,5 @@ func (r *RDMA) MonitorSupported() (bool, error) {
 			return false, fmt.Errorf("rdma netlink: sys get: %w", err)
 		}
 	}
-	return monitorMode(d.msgs)
+	return monitorMode(d.Msgs)
 }

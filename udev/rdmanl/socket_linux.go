@@ -1,4 +1,4 @@
-package rdma
+package rdmanl
 
 import (
 	"bytes"
@@ -19,9 +19,10 @@ const (
 	rdmaRecvBuf = 64 << 10
 )
 
-// OpenRDMA opens a NETLINK_RDMA socket. On a kernel without RDMA netlink
-// (ib_core not loaded, or not built) the error wraps ErrUnsupported.
-func OpenRDMA() (*RDMA, error) {
+// Open opens a NETLINK_RDMA socket for requests and their answers. On a
+// kernel without RDMA netlink (ib_core not loaded, or not built) the error
+// wraps ErrUnsupported.
+func Open() (*Socket, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_RDMA)
 	if err != nil {
 		if errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.EAFNOSUPPORT) {
@@ -29,28 +30,31 @@ func OpenRDMA() (*RDMA, error) {
 		}
 		return nil, fmt.Errorf("rdma netlink: open socket: %w", err)
 	}
-	c := &sockConn{fd: fd, buf: make([]byte, rdmaRecvBuf)}
+	c := &Socket{fd: fd, buf: make([]byte, rdmaRecvBuf)}
 	tv := unix.NsecToTimeval(rdmaTimeout.Nanoseconds())
 	for _, opt := range []int{unix.SO_RCVTIMEO, unix.SO_SNDTIMEO} {
 		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, opt, &tv); err != nil {
-			return nil, errors.Join(fmt.Errorf("rdma netlink: set socket timeout: %w", err), c.close())
+			return nil, errors.Join(fmt.Errorf("rdma netlink: set socket timeout: %w", err), c.Close())
 		}
 	}
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return nil, errors.Join(fmt.Errorf("rdma netlink: bind: %w", err), c.close())
+		return nil, errors.Join(fmt.Errorf("rdma netlink: bind: %w", err), c.Close())
 	}
-	return &RDMA{conn: c, seq: uint32(time.Now().UnixNano())}, nil
+	return c, nil
 }
 
-// sockConn is a bound AF_NETLINK socket with SO_RCVTIMEO set.
-type sockConn struct {
+// Socket is a bound NETLINK_RDMA socket with SO_RCVTIMEO set. It is not
+// safe for concurrent use.
+type Socket struct {
 	fd  int
 	buf []byte
 }
 
-func (c *sockConn) close() error { return unix.Close(c.fd) }
+// Close closes the socket.
+func (c *Socket) Close() error { return unix.Close(c.fd) }
 
-func (c *sockConn) send(req []byte) error {
+// Send sends one request to the kernel.
+func (c *Socket) Send(req []byte) error {
 	for {
 		err := unix.Sendto(c.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
 		if !errors.Is(err, unix.EINTR) {
@@ -59,7 +63,9 @@ func (c *sockConn) send(req []byte) error {
 	}
 }
 
-func (c *sockConn) recv() ([]byte, error) {
+// Recv returns the next datagram from the kernel in a fresh slice, waiting
+// a bounded time; datagrams from other senders are dropped.
+func (c *Socket) Recv() ([]byte, error) {
 	deadline := time.Now().Add(rdmaTimeout)
 	for {
 		if time.Now().After(deadline) {

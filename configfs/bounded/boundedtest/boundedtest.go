@@ -1,7 +1,7 @@
 //go:build unix
 
 // Package boundedtest makes the files that must not block a reader, for
-// the tests of every package that reads files (rebind/bounded's users).
+// the tests of every package that reads files (configfs/bounded's users).
 package boundedtest
 
 import (
