@@ -1,17 +1,23 @@
 package rebind
 
 import (
+	"maps"
+	"slices"
+
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
 )
 
-// An observation either reads the same as the loop's baseline — every
-// input (inputs.go) as the baseline read it, and a configfs model whose
-// Generation has not moved since the baseline was read — and then
-// carries the baseline's objects and verdicts, since judging them again
-// would give the same; or it is made fresh. There is no third way: the
-// selection (select.go) finds what a fresh one changed.
-// TestEngineEqualsTheExhaustiveRound holds the carry to a fresh
-// observation.
+// An observation is the loop's baseline updated by what its inputs
+// (inputs.go) changed, or made fresh. When configfs reads as the
+// baseline's (the configfs model's Generation has not moved) and so does
+// every input but those whose change shows only in the verdicts (the
+// kernel's tables: declared so), the observation takes the baseline's
+// objects; if a table changed (an event: a reset, an address, a listener),
+// every endpoint is judged again over those objects, and the links of a
+// port whose listener came or went are read or forgotten as a fresh read
+// would. Anything else — configfs moved, another input changed, no
+// baseline — and it is made fresh. TestEngineEqualsTheExhaustiveRound
+// holds both to the exhaustive round.
 
 // Generational is a Tree that can tell that nothing it answers changed
 // (watch.Model): Generation returns the same token (ok) for two calls
@@ -21,17 +27,73 @@ type Generational interface {
 }
 
 // fromBaseline makes o — its inputs read, and tok when tokOK — the
-// baseline b's observation when nothing it reads changed since b was
-// read, and reports whether it did. Otherwise o's tables are indexed and
-// the caller reads configfs whole.
-func (o *Observed) fromBaseline(b *Baseline, tokOK bool, tree Tree) bool {
-	if tokOK && b != nil && b.obs.stable && b.obs.tok == o.tok && sameInputs(o, &b.obs) {
-		o.carry(&b.obs)
-		o.settle(tree.(Generational))
-		return true
+// baseline b's objects, with b's verdicts or, when a table changed, its
+// own (judged again), and reports whether it did. false: o's tables are
+// indexed and the caller reads configfs whole.
+func (o *Observed) fromBaseline(b *Baseline, tokOK bool, tree Tree, declared map[string]bool) bool {
+	if !tokOK || b == nil || !b.obs.stable || b.obs.tok != o.tok {
+		o.index = rdma.NewIndex(o.Devices, o.Addrs, o.Listeners)
+		return false
 	}
+	same, judgeAgain := true, false
+	for _, in := range inputs {
+		if !in.same(o, &b.obs) {
+			same = same && in.verdictsOnly
+			judgeAgain = true
+		}
+	}
+	if !same {
+		o.index = rdma.NewIndex(o.Devices, o.Addrs, o.Listeners)
+		return false
+	}
+	o.carry(&b.obs)
+	if judgeAgain && !o.judgeAgain(tree, declared) {
+		o.index = rdma.NewIndex(o.Devices, o.Addrs, o.Listeners)
+		return false
+	}
+	o.settle(tree.(Generational))
+	return true
+}
+
+// judgeAgain judges every endpoint of o (the baseline's objects, carried)
+// over o's own tables, in a list of its own; a port whose listener came
+// or went has its links read (linksNeeded) or forgotten, in copies of the
+// ports and LinksUnread. false when links cannot be read: o must be read
+// fresh.
+func (o *Observed) judgeAgain(tree Tree, declared map[string]bool) bool {
 	o.index = rdma.NewIndex(o.Devices, o.Addrs, o.Listeners)
-	return false
+	o.eps.list = slices.Clone(o.eps.list)
+	owned := false // o.Ports and o.LinksUnread are copies
+	for i := range o.eps.list {
+		e := &o.eps.list[i]
+		was := e.v
+		e.v = o.judge(e.ep)
+		if e.ep.Kind == KindLIO || (was.State == StateListening) == (e.v.State == StateListening) {
+			continue
+		}
+		for pi := e.first; pi >= 0; pi = o.eps.nextPort[pi] {
+			p := o.Ports[pi]
+			need := linksNeeded(p, o.portAddr[pi], true, e.v, o.Journal, declared)
+			if p.Err != nil || need == !o.LinksUnread[p.ID] {
+				continue
+			}
+			if !owned {
+				o.Ports, o.LinksUnread, owned = slices.Clone(o.Ports), maps.Clone(o.LinksUnread), true
+			}
+			if need {
+				links, err := tree.Links(p.ID)
+				if err != nil {
+					return false
+				}
+				o.Ports[pi].Links = links
+				delete(o.LinksUnread, p.ID)
+			} else {
+				o.Ports[pi].Links = nil
+				o.LinksUnread[p.ID] = true
+			}
+		}
+	}
+	return true
 }
 
 // settle marks o stable when the tree's generation has not moved since
@@ -42,20 +104,9 @@ func (o *Observed) settle(g Generational) {
 }
 
 // carry takes b's configfs objects and verdicts (an observation of the
-// same inputs and configfs): shared, never written.
+// same configfs): shared, never written.
 func (o *Observed) carry(b *Observed) {
 	o.Ports, o.portAddr, o.LinksUnread = b.Ports, b.portAddr, b.LinksUnread
 	o.Portals, o.PortalsErr, o.Subsystems = b.Portals, b.PortalsErr, b.Subsystems
 	o.eps, o.judged, o.shared, o.stable = b.eps, true, true, true
-}
-
-// sameInputs tells whether o read the same as b of every input but
-// configfs (inputs.go).
-func sameInputs(o, b *Observed) bool {
-	for _, in := range inputs {
-		if !in.same(o, b) {
-			return false
-		}
-	}
-	return true
 }

@@ -234,8 +234,8 @@ func TestRejudgedWhenTheEntrysDeviceChanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.shared {
-		t.Fatal("carried an observation whose tables changed")
+	if !got.shared || &got.eps.list[0] == &e.base.obs.eps.list[0] {
+		t.Fatal("want the baseline's objects judged again in a list of their own")
 	}
 	if v := got.verdict(ep); v.State != StateStranded || v.EntryGUID != 0x200 {
 		t.Fatalf("verdict %+v, want stranded on GUID 0x200", v)

@@ -20,6 +20,11 @@ type input struct {
 	read func(e *Engine, cfg Config, o *Observed)
 	// same tells whether o and b read the same of it.
 	same func(o, b *Observed) bool
+	// verdictsOnly: a change of it (with the same errors) changes only
+	// the endpoints' verdicts, so an observation over unchanged configfs
+	// judges them again over the baseline's objects (carry.go) and select
+	// finds the verdicts that moved.
+	verdictsOnly bool
 	// everyEndpoint: a change of it can change the plan of any endpoint,
 	// so the round decides them all. Otherwise what it changes shows in
 	// the endpoints' verdicts (select compares them) or in the objects it
@@ -54,6 +59,7 @@ var inputs = []input{
 				slices.EqualFunc(o.Devices, b.Devices, rdma.Device.Equal) && slices.EqualFunc(o.Addrs, b.Addrs, rdma.Addr.Equal) &&
 				rdma.SameListeners(o.Listeners, b.Listeners)
 		},
+		verdictsOnly: true,
 		everyEndpoint: func(o, b *Observed) bool {
 			return !sameErr(o.DevicesErr, b.DevicesErr) || !sameErr(o.AddrsErr, b.AddrsErr) || !sameErr(o.ListenersErr, b.ListenersErr)
 		},
@@ -68,6 +74,7 @@ var inputs = []input{
 			}
 		},
 		same:          func(o, b *Observed) bool { return sameErr(o.TCPErr, b.TCPErr) && slices.Equal(o.TCP, b.TCP) },
+		verdictsOnly:  true,
 		everyEndpoint: func(o, b *Observed) bool { return !sameErr(o.TCPErr, b.TCPErr) },
 		sight:         func(o *Observed, s *Sight) { s.TCP = o.TCPErr },
 	},

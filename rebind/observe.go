@@ -246,7 +246,7 @@ func (e *Engine) observe(cfg Config, base *Baseline, prev []rdma.Device) (Observ
 	if generational {
 		obs.tok, tokOK = g.Generation()
 	}
-	if obs.fromBaseline(base, tokOK, e.opt.Tree) {
+	if obs.fromBaseline(base, tokOK, e.opt.Tree, declared) {
 		return obs, nil
 	}
 	ports, err := e.opt.Tree.Ports()

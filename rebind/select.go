@@ -103,7 +103,7 @@ func Select(obs *Observed, mem Memory, base *Baseline) Selection {
 			dirty[Endpoint{KindLIO, p.Addr}.key()] = true
 		}
 	}
-	if !obs.shared { // carried whole: the baseline's very objects and verdicts
+	if !obs.shared { // else the baseline's objects (carry.go), links read only where a verdict changed
 		pair(obs.Ports, b.Ports, func(p configfs.Port) string { return p.ID }, func(x, y configfs.Port) bool { return x.ID == y.ID }, func(i, j int) {
 			switch {
 			case j < 0:
@@ -128,9 +128,9 @@ func Select(obs *Observed, mem Memory, base *Baseline) Selection {
 				markPortal(b.Portals[j])
 			}
 		})
-		for _, i := range changedVerdicts(&obs.eps, &b.eps) {
-			dirty[obs.eps.list[i].ep.key()], changed = true, true
-		}
+	}
+	for _, i := range changedVerdicts(&obs.eps, &b.eps) {
+		dirty[obs.eps.list[i].ep.key()], changed = true, true
 	}
 	if len(obs.Journal)+len(mem.Forced) > 0 {
 		named := func(k Key) bool {

@@ -29,6 +29,9 @@ M10	rebind/plan.go	s/\t\t\tdelete\(p\.decided, ep\)\n\t\t\twq\.forget\(ep\)/\t\t
 M13	rebind/wakeups.go	s/if t, ok := w\.at\[top\.k\]; ok \&\& t\.Equal\(top\.t\) \{/if _, ok := w.at[top.k]; ok {/	the queue wakes at a time an endpoint no longer waits for
 M11	rebind/items.go	s/if sel\.same \&\& p\.carried/if p.carried/	status items reused although objects changed
 M12	rebind/inputs.go	s/everyEndpoint: func\(o, b \*Observed\) bool \{ return !slices\.EqualFunc\(o\.Declared, b\.Declared, Declared\.equal\) \}/everyEndpoint: func(o, b *Observed) bool { return false }/	an edited saved config decides nothing again
+M15	rebind/carry.go	s/\te\.v = o\.judge\(e\.ep\)/\t_ = o.judge(e.ep)/	an event's verdicts are not judged again
+M16	rebind/carry.go	s/if p\.Err != nil \|\| need == !o\.LinksUnread\[p\.ID\] \{/if true {/	a port whose listener died keeps its links unread
+M17	rebind/carry.go	s/same = same \&\& in\.verdictsOnly/same = true/	a change of any input only judges the verdicts again
 EOF
 }
 
