@@ -2,6 +2,7 @@ package rebind
 
 import (
 	"maps"
+	"net/netip"
 	"slices"
 
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
@@ -13,9 +14,10 @@ import (
 // every input but those whose change shows only in the verdicts (the
 // kernel's tables: declared so), the observation takes the baseline's
 // objects; if a table changed (an event: a reset, an address, a listener),
-// every endpoint is judged again over those objects, and the links of a
-// port whose listener came or went are read or forgotten as a fresh read
-// would. Anything else — configfs moved, another input changed, no
+// the endpoints the tables' delta touches are judged again over those
+// objects (the RDMA tables' delta, rdma.Index.Since, and the TCP sockets
+// that came or went), and the links of a port whose listener came or went
+// are read or forgotten as a fresh read would. Anything else — configfs moved, another input changed, no
 // baseline — and it is made fresh. TestEngineEqualsTheExhaustiveRound
 // holds both to the exhaustive round.
 
@@ -47,7 +49,7 @@ func (o *Observed) fromBaseline(b *Baseline, tokOK bool, tree Tree, declared map
 		return false
 	}
 	o.carry(&b.obs)
-	if judgeAgain && !o.judgeAgain(tree, declared) {
+	if judgeAgain && !o.judgeAgain(&b.obs, tree, declared) {
 		o.index = rdma.NewIndex(o.Devices, o.Addrs, o.Listeners)
 		return false
 	}
@@ -55,18 +57,27 @@ func (o *Observed) fromBaseline(b *Baseline, tokOK bool, tree Tree, declared map
 	return true
 }
 
-// judgeAgain judges every endpoint of o (the baseline's objects, carried)
-// over o's own tables, in a list of its own; a port whose listener came
-// or went has its links read (linksNeeded) or forgotten, in copies of the
-// ports and LinksUnread. false when links cannot be read: o must be read
-// fresh.
-func (o *Observed) judgeAgain(tree Tree, declared map[string]bool) bool {
+// judgeAgain judges again, over o's own tables, every endpoint of o (the
+// baseline b's objects, carried) whose inputs changed — the tables' delta
+// (rdma.Index.Since) touches its address:port or the device its listener
+// was on, or a TCP socket on it came or went — in a list of its own; the
+// others keep b's verdict, which judging them again would give. A port
+// whose listener came or went has its links read (linksNeeded) or
+// forgotten, in copies of the ports and LinksUnread. false when links
+// cannot be read: o must be read fresh.
+func (o *Observed) judgeAgain(b *Observed, tree Tree, declared map[string]bool) bool {
 	o.index = rdma.NewIndex(o.Devices, o.Addrs, o.Listeners)
+	d := o.index.Since(b.Devices, b.Addrs, b.Listeners)
+	tcp := changedSockets(b.TCP, o.TCP)
 	o.eps.list = slices.Clone(o.eps.list)
 	owned := false // o.Ports and o.LinksUnread are copies
 	for i := range o.eps.list {
 		e := &o.eps.list[i]
 		was := e.v
+		entry := was.State == StateListening || was.State == StateStranded
+		if !d.Touches(e.ep.Owner(), e.ep.Addr) && !(entry && d.DeviceChanged(was.EntryDev)) && !tcp[e.ep.Addr] {
+			continue
+		}
 		e.v = o.judge(e.ep)
 		if e.ep.Kind == KindLIO || (was.State == StateListening) == (e.v.State == StateListening) {
 			continue
@@ -109,4 +120,24 @@ func (o *Observed) carry(b *Observed) {
 	o.Ports, o.portAddr, o.LinksUnread = b.Ports, b.portAddr, b.LinksUnread
 	o.Portals, o.PortalsErr, o.Subsystems = b.Portals, b.PortalsErr, b.Subsystems
 	o.eps, o.judged, o.shared, o.stable = b.eps, true, true, true
+}
+
+// changedSockets is the set of address:ports in one of two sorted lists
+// of TCP sockets and not the other.
+func changedSockets(a, b []netip.AddrPort) map[netip.AddrPort]bool {
+	out := map[netip.AddrPort]bool{}
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case i < len(a) && j < len(b) && a[i] == b[j]:
+			i, j = i+1, j+1
+		case j >= len(b) || (i < len(a) && a[i].Compare(b[j]) < 0):
+			out[a[i]] = true
+			i++
+		default:
+			out[b[j]] = true
+			j++
+		}
+	}
+	return out
 }

@@ -32,6 +32,9 @@ M12	rebind/inputs.go	s/everyEndpoint: func\(o, b \*Observed\) bool \{ return !sl
 M15	rebind/carry.go	s/\te\.v = o\.judge\(e\.ep\)/\t_ = o.judge(e.ep)/	an event's verdicts are not judged again
 M16	rebind/carry.go	s/if p\.Err != nil \|\| need == !o\.LinksUnread\[p\.ID\] \{/if true {/	a port whose listener died keeps its links unread
 M17	rebind/carry.go	s/same = same \&\& in\.verdictsOnly/same = true/	a change of any input only judges the verdicts again
+M18	rebind/carry.go	s/!d\.Touches\(e\.ep\.Owner\(\), e\.ep\.Addr\) \&\& //	the endpoints the tables' delta touches keep their verdicts
+M19	rebind/carry.go	s/ \&\& !tcp\[e\.ep\.Addr\] \{/ \&\& !(tcp[e.ep.Addr] \&\& false) {/	a TCP socket that came or went is not judged again
+M20	rebind/carry.go	s/!\(entry \&\& d\.DeviceChanged\(was\.EntryDev\)\)/!(entry \&\& d.DeviceChanged(was.EntryDev) \&\& false)/	a change of the device a listener was on is not judged again
 EOF
 }
 
