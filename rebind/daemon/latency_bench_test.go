@@ -29,15 +29,13 @@ import (
 // resets back to back (the next reset as soon as the last heal's round is
 // done: the policy never finds the loop quiet).
 func BenchmarkEventToFirstWriteDaemon(b *testing.B) {
-	defer func(d time.Duration) { releaseAfter = d }(releaseAfter)
 	for _, regime := range []struct {
 		name    string
 		release time.Duration
 		gap     time.Duration
 	}{{"resets-1s-apart", releaseAfter, time.Second}, {"after-release", 300 * time.Millisecond, time.Second},
 		{"back-to-back", releaseAfter, 0}} {
-		gap := regime.gap
-		releaseAfter = regime.release
+		gap, release := regime.gap, regime.release
 		b.Run("4096/"+regime.name, func(b *testing.B) {
 			k := rdmatest.NewScaleWorld(b, benchDir(b), 4096)
 			m, err := watch.New(k.FS(), watch.Options{Logger: slog.New(slog.DiscardHandler)})
@@ -57,7 +55,7 @@ func BenchmarkEventToFirstWriteDaemon(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
 			defer func() { cancel(); wg.Wait() }()
-			for _, t := range []task{r, &trimmer{rounds: trims}} {
+			for _, t := range []task{r, &trimmer{rounds: trims, releaseAfter: release}} {
 				wg.Add(1)
 				go func() { defer wg.Done(); t.Run(ctx) }()
 			}

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"runtime"
 	"runtime/debug"
@@ -56,13 +57,15 @@ const (
 	maxGCPercent = 400
 )
 
-var releaseAfter = 10 * time.Second // a variable for the benchmark of the regime after a release
+const releaseAfter = 10 * time.Second
 
 // trimmer is the memory policy as a task: rounds is poked after each of
 // the loop's rounds and beats.
 type trimmer struct {
 	rounds         <-chan struct{}
 	quiet, release timer // nil: time.Timers (tests fire their own)
+	// releaseAfter: 0 is releaseAfter (a benchmark shortens it)
+	releaseAfter time.Duration
 }
 
 func (t *trimmer) String() string { return "memory trim" }
@@ -75,7 +78,7 @@ func (t *trimmer) Run(ctx context.Context) error {
 	if release == nil {
 		release = newTimer()
 	}
-	trimMemory(ctx, t.rounds, quiet, release)
+	trimMemory(ctx, t.rounds, quiet, release, cmp.Or(t.releaseAfter, releaseAfter))
 	return nil
 }
 
@@ -91,7 +94,7 @@ func (t *trimmer) Run(ctx context.Context) error {
 // that is growing; so does a quiet loop after rounds that allocated less
 // than trimMin since it was last quiet: the bursts GOGC was raised for
 // are over.
-func trimMemory(ctx context.Context, rounds <-chan struct{}, quiet, release timer) {
+func trimMemory(ctx context.Context, rounds <-chan struct{}, quiet, release timer, releaseAfter time.Duration) {
 	s := []rtmetrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/heap/live:bytes"}}
 	read := func() (allocs, live uint64) {
 		rtmetrics.Read(s)

@@ -47,7 +47,7 @@ func TestTrimMemory(t *testing.T) {
 	rounds := make(chan struct{})
 	quiet, release := newFakeTimer(), newFakeTimer()
 	done := make(chan struct{})
-	go func() { trimMemory(ctx, rounds, quiet, release); close(done) }()
+	go func() { trimMemory(ctx, rounds, quiet, release, releaseAfter); close(done) }()
 	round := func() {
 		t.Helper()
 		select {

@@ -229,7 +229,7 @@ func TestNewestWins(t *testing.T) {
 				if st.put != nil {
 					restore := func() {}
 					if st.keep {
-						restore = state.SetFault(func(op, path string) error {
+						restore = state.SetFault(s, func(op, path string) error {
 							if op == "unlink" {
 								return errors.New("crash")
 							}
@@ -346,7 +346,7 @@ func crashAt[S any](t *testing.T, n int, steps []S, states []map[rebind.Key]stri
 	s := open(t, dir)
 	ops := 0
 	var unsynced []undo
-	restore := state.SetFault(func(op, path string) error {
+	restore := state.SetFault(s, func(op, path string) error {
 		ops++
 		if ops == n {
 			return fmt.Errorf("crash at %s %s", op, path)
@@ -535,7 +535,7 @@ func testOldFormatJournal(t *testing.T, keep bool) {
 	}
 	restore := func() {}
 	if keep {
-		restore = state.SetFault(func(op, path string) error {
+		restore = state.SetFault(s, func(op, path string) error {
 			if op == "unlink" {
 				return errors.New("crash")
 			}

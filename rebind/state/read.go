@@ -136,7 +136,7 @@ func (s *Store) Clean() ([]error, error) {
 			return moved, fmt.Errorf("journal entry %s: %w", path, rerr)
 		}
 	}
-	if err := syncDir(s.journal); err != nil {
+	if err := s.syncDir(s.journal); err != nil {
 		return moved, err
 	}
 	s.ix = newIndex(files, nil, maxSeq)

@@ -91,18 +91,16 @@ const maxBatchBytes = 64 << 20
 // ErrReadOnly is returned by the write methods of a read-only store.
 var ErrReadOnly = errors.New("state directory opened read-only")
 
-// fault, set by tests only, is called before each file operation of the
-// journal ("temp": a temp file written but not synced, "rename",
-// "unlink", "syncdir"); an error stands for a crash there: that operation
-// and everything after it in the call is not done (a temp file stays,
-// for Clean).
-var fault func(op, path string) error
-
-func faultAt(op, path string) error {
-	if fault == nil {
+// faultAt calls the store's fault hook (tests: SetFault) before each file
+// operation of the journal ("temp": a temp file written but not synced,
+// "rename", "unlink", "syncdir"); an error stands for a crash there: that
+// operation and everything after it in the call is not done (a temp file
+// stays, for Clean).
+func (s *Store) faultAt(op, path string) error {
+	if s.fault == nil {
 		return nil
 	}
-	return fault(op, path)
+	return s.fault(op, path)
 }
 
 // Store is the state directory.
@@ -115,6 +113,8 @@ type Store struct {
 	// the next write); under mu with every journal operation of the writer.
 	mu sync.Mutex
 	ix *index
+
+	fault func(op, path string) error // tests only (SetFault): a crash at a file operation
 }
 
 // index is what the writer knows of the journal's files.
@@ -254,7 +254,7 @@ func (s *Store) PutAll(ins []rebind.Intent) error {
 		if err := s.replaceFile(s.journal, s.file(keys[0]), b); err != nil {
 			return fmt.Errorf("journal %s: %w", label, err)
 		}
-		if err := syncDir(s.journal); err != nil {
+		if err := s.syncDir(s.journal); err != nil {
 			return fmt.Errorf("journal %s: %w", label, err)
 		}
 		ix.singles[singleName(keys[0])] = true
@@ -271,7 +271,7 @@ func (s *Store) PutAll(ins []rebind.Intent) error {
 	if err := s.replaceFile(s.journal, filepath.Join(s.journal, name), b); err != nil {
 		return fmt.Errorf("journal %s: %w", label, err)
 	}
-	if err := syncDir(s.journal); err != nil {
+	if err := s.syncDir(s.journal); err != nil {
 		return fmt.Errorf("journal %s: %w", label, err)
 	}
 	ix.batches = append(ix.batches, &jfile{name: name, seq: seq, ins: list})
@@ -309,7 +309,7 @@ func (s *Store) prune(ix *index, fresh []rebind.Key) error {
 	}
 	for _, name := range dead {
 		path := filepath.Join(s.journal, name)
-		err := faultAt("unlink", path)
+		err := s.faultAt("unlink", path)
 		if err == nil {
 			err = os.Remove(path)
 		}
@@ -317,7 +317,7 @@ func (s *Store) prune(ix *index, fresh []rebind.Key) error {
 			return fmt.Errorf("superseded: %w", err)
 		}
 	}
-	if err := syncDir(s.journal); err != nil {
+	if err := s.syncDir(s.journal); err != nil {
 		return fmt.Errorf("superseded: %w", err)
 	}
 	for _, name := range dead {
@@ -479,7 +479,7 @@ func (s *Store) DeleteAll(keys []rebind.Key) error {
 	unsynced := map[rebind.Key]bool{}
 	for _, c := range changes {
 		if slices.ContainsFunc(c.keys, func(k rebind.Key) bool { return unsynced[k] }) {
-			if err := syncDir(s.journal); err != nil {
+			if err := s.syncDir(s.journal); err != nil {
 				return fmt.Errorf("journal %s: %w", keysLabel(c.keys), err)
 			}
 			clear(unsynced)
@@ -494,7 +494,7 @@ func (s *Store) DeleteAll(keys []rebind.Key) error {
 				return fmt.Errorf("journal %s: %w", keysLabel(c.keys), err)
 			}
 		} else {
-			err := faultAt("unlink", path)
+			err := s.faultAt("unlink", path)
 			if err == nil {
 				err = os.Remove(path)
 			}
@@ -506,7 +506,7 @@ func (s *Store) DeleteAll(keys []rebind.Key) error {
 			unsynced[k] = true
 		}
 	}
-	if err := syncDir(s.journal); err != nil {
+	if err := s.syncDir(s.journal); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
 	for _, c := range changes {
@@ -532,7 +532,7 @@ func (s *Store) writeFile(dir, path string, b []byte) error {
 	if err := s.replaceFile(dir, path, b); err != nil {
 		return err
 	}
-	return syncDir(dir)
+	return s.syncDir(dir)
 }
 
 // replaceFile writes b to a temp file in dir, fsyncs it and renames it to
@@ -545,7 +545,7 @@ func (s *Store) replaceFile(dir, path string, b []byte) error {
 	tmp := f.Name()
 	_, werr := f.Write(append(b, '\n'))
 	if werr == nil {
-		if err := faultAt("temp", path); err != nil {
+		if err := s.faultAt("temp", path); err != nil {
 			f.Close()
 			return err // a crash: the temp file stays
 		}
@@ -555,7 +555,7 @@ func (s *Store) replaceFile(dir, path string, b []byte) error {
 		werr = cerr
 	}
 	if werr == nil {
-		if err := faultAt("rename", path); err != nil {
+		if err := s.faultAt("rename", path); err != nil {
 			return err // a crash: the temp file stays
 		}
 		werr = os.Rename(tmp, path)
@@ -567,8 +567,8 @@ func (s *Store) replaceFile(dir, path string, b []byte) error {
 	return nil
 }
 
-func syncDir(dir string) error {
-	if err := faultAt("syncdir", dir); err != nil {
+func (s *Store) syncDir(dir string) error {
+	if err := s.faultAt("syncdir", dir); err != nil {
 		return err
 	}
 	d, err := bounded.OpenDir(dir, true) // owndir checked it: a symlink there is the admin's

@@ -93,7 +93,7 @@ func TestPutAllNamesTheKey(t *testing.T) {
 					t.Fatal(err)
 				}
 			} else {
-				defer state.SetFault(func(op, path string) error {
+				defer state.SetFault(s, func(op, path string) error {
 					if op == tt.fault {
 						return errors.New("injected")
 					}
@@ -122,7 +122,7 @@ func TestDeleteAllNamesTheKey(t *testing.T) {
 	if err := s.PutAll(ins); err != nil {
 		t.Fatal(err)
 	}
-	defer state.SetFault(func(op, path string) error {
+	defer state.SetFault(s, func(op, path string) error {
 		if op == "rename" {
 			return errors.New("injected")
 		}
