@@ -318,7 +318,13 @@ func (w *twin) do(op int, arg uint64) string {
 	case 16:
 		w.e.Poke()
 		return "an event"
-	case 17:
+	case 17: // a manual rebind of an RDMA port that exists (one held by a pin or the give-up timer is what it is for)
+		if ps, err := admin.Ports(); err == nil {
+			ps = slices.DeleteFunc(ps, func(p configfs.Port) bool { return p.Trtype != configfs.TransportRDMA })
+			if len(ps) > 0 {
+				port = ps[r.IntN(len(ps))].ID
+			}
+		}
 		w.e.Retry(rebind.Key{Kind: rebind.KindNvmet, ID: port})
 		return "manual rebind of port " + port
 	case 18:

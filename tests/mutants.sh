@@ -17,7 +17,7 @@ trap 'rm -rf "$work"' EXIT
 
 mutants() {
 	cat <<'EOF'
-M1	rebind/carry.go	s/b\.obs\.tok == o\.tok \&\& /true \&\& /	an observation is carried although configfs moved
+M1	rebind/carry.go	s/ \|\| b\.obs\.tok != o\.tok \{/ {/	an observation takes the last round's objects although configfs moved
 M2	rebind/inputs.go	s/\&\& slices\.Equal\(o\.TCP, b\.TCP\)//	a change of the TCP sockets in LISTEN is not seen
 M3	rebind/inputs.go	s/\&\&\n\t\t\t\trdma\.SameListeners\(o\.Listeners, b\.Listeners\)//	a change of the cm_id listeners is not seen
 M4	rebind/select.go	s/range changedVerdicts\(&obs\.eps, &b\.eps\) \{/range changedVerdicts(&obs.eps, &b.eps)[:0] {/	select ignores verdicts that changed
