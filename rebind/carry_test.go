@@ -205,7 +205,7 @@ func (k *guidKernel) Devices() ([]rdma.Device, error) {
 // GUID; the listener entries and the address's carrier, another device,
 // unchanged) is judged again: the verdict names the new GUID, as a fresh
 // observation's does.
-func TestRejudgedWhenTheEntrysDeviceChanged(t *testing.T) {
+func TestJudgedAgainWhenTheEntrysDeviceChanged(t *testing.T) {
 	s := rdmatest.NewSystem(t)
 	s.AddAddr("veth0", "192.0.2.1")
 	s.AddDevice("rxe0", 1, "veth0")
