@@ -375,8 +375,16 @@ func (w *twin) do(op int, arg uint64) string {
 	case 24:
 		w.reset("rxe0", 0x3333, "veth0")
 		return "rxe0 replaced by a card of another node GUID"
-	case 23:
-		w.writeSaved([]string{fmt.Sprintf(`{"portid": %s, "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": %q, "trsvcid": "4420"}, "subsystems": [%q]}`, port, ip, nqnB)})
+	case 23: // the saved config now declares another link of a port (one that exists, at its address, half the time)
+		svc := "4420"
+		if ps, err := admin.Ports(); err == nil && r.IntN(2) == 0 {
+			ps = slices.DeleteFunc(ps, func(p configfs.Port) bool { return p.Trtype != configfs.TransportRDMA })
+			if len(ps) > 0 {
+				p := ps[r.IntN(len(ps))]
+				port, ip, svc = p.ID, p.Traddr, p.Trsvcid
+			}
+		}
+		w.writeSaved([]string{fmt.Sprintf(`{"portid": %s, "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": %q, "trsvcid": %q}, "subsystems": [%q]}`, port, ip, svc, nqnB)})
 		if r.IntN(2) == 0 {
 			return "saved config edited"
 		}
