@@ -48,11 +48,16 @@ func (o *Observed) fromBaseline(b *Baseline, tokOK bool, tree Tree, declared map
 		o.index = rdma.NewIndex(o.Devices, o.Addrs, o.Listeners)
 		return false
 	}
-	o.carry(&b.obs)
-	if judgeAgain && !o.judgeAgain(&b.obs, tree, declared) {
-		o.index = rdma.NewIndex(o.Devices, o.Addrs, o.Listeners)
+	// Made in a copy: a failed judgeAgain leaves o with none of b's
+	// objects, maps or verdicts (the caller then reads configfs into o's
+	// own), only the index it built.
+	c := *o
+	c.carry(&b.obs)
+	if judgeAgain && !c.judgeAgain(&b.obs, tree, declared) {
+		o.index = c.index
 		return false
 	}
+	*o = c
 	o.settle(tree.(Generational))
 	return true
 }

@@ -2,6 +2,7 @@ package rebind
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -239,5 +240,57 @@ func TestJudgedAgainWhenTheEntrysDeviceChanged(t *testing.T) {
 	}
 	if v := got.verdict(ep); v.State != StateStranded || v.EntryGUID != 0x200 {
 		t.Fatalf("verdict %+v, want stranded on GUID 0x200", v)
+	}
+}
+
+// linksFail is the configfs model with Links failing while fail is set.
+type linksFail struct {
+	*watch.Model
+	fail bool
+}
+
+func (t *linksFail) Links(id string) ([]configfs.Link, error) {
+	if t.fail {
+		return nil, errors.New("links unreadable")
+	}
+	return t.Model.Links(id)
+}
+
+// An event whose verdicts need a port's links that cannot be read makes
+// the observation fresh, and leaves the baseline it started from as it
+// was: nothing of the baseline's is written by the fresh read.
+func TestJudgeAgainThatFailsLeavesTheBaseline(t *testing.T) {
+	s := rdmatest.NewSystem(t)
+	s.AddAddr("veth0", "192.0.2.1")
+	s.AddDevice("rxe0", 1, "veth0")
+	s.LinkedPort("1", "192.0.2.1", "4420", "nqn.a")
+	m, err := watch.New(s.FS(), watch.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	tree := &linksFail{Model: m}
+	e := New(Options{Tree: tree, Kernel: s, Store: newMemStore(), Config: DefaultConfig(), DryRun: true})
+	if _, err := e.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !e.base.obs.LinksUnread["1"] {
+		t.Fatal("a live port's links were read")
+	}
+	unread, subs := maps.Clone(e.base.obs.LinksUnread), maps.Clone(e.base.obs.Subsystems)
+	s.KillListener("nvmet_rdma", "1") // its links are needed now
+	tree.fail = true
+	got, err := e.observe(e.cfg, e.base, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.shared {
+		t.Fatal("the baseline's objects taken although the links could not be read")
+	}
+	if !maps.Equal(e.base.obs.LinksUnread, unread) || !maps.Equal(e.base.obs.Subsystems, subs) {
+		t.Fatalf("the baseline was written: links unread %v (was %v), subsystems %v (was %v)", e.base.obs.LinksUnread, unread, e.base.obs.Subsystems, subs)
+	}
+	if got.Ports[0].Err == nil {
+		t.Fatal("the fresh read does not say the links were unreadable")
 	}
 }
