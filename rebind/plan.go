@@ -231,13 +231,14 @@ func holdersOf(obs *Observed, e *endpointEntry, cfg Config, mem Memory, declared
 }
 
 // expected tells whether the plan expects a listener on ep in obs: some
-// object there holds one (planPorts, planPortals). verify reads it.
-func expected(obs *Observed, mem Memory, cfg Config, ep Endpoint) bool {
+// object there holds one (planPorts, planPortals); declared is
+// declaredNow(obs). verify reads it.
+func expected(obs *Observed, mem Memory, cfg Config, declared map[Key]*Declared, ep Endpoint) bool {
 	e, ok := obs.lookup(ep.key())
 	if !ok {
 		return false
 	}
-	g := group{ep: ep, holders: holdersOf(obs, e, cfg, mem, declaredNow(obs), nil)}
+	g := group{ep: ep, holders: holdersOf(obs, e, cfg, mem, declared, nil)}
 	if len(g.holders) == 0 {
 		return false
 	}

@@ -14,6 +14,10 @@ import (
 // when obs was read, and what is expected is the plan's (expected).
 func verify(done []pending, obs *Observed, obsErr error, mem Memory, cfg Config, now time.Time) []Outcome {
 	out := make([]Outcome, 0, len(done))
+	var declared map[Key]*Declared
+	if obsErr == nil {
+		declared = declaredNow(obs)
+	}
 	for _, p := range done {
 		h := p.heal
 		o := Outcome{Endpoint: h.Endpoint, Action: h.Action, Keys: h.Keys, At: p.start, Err: p.err, Result: ResultOK}
@@ -32,7 +36,7 @@ func verify(done []pending, obs *Observed, obsErr error, mem Memory, cfg Config,
 			o.Result = ResultError
 		case obsErr != nil:
 			o.Err, o.Result = fmt.Errorf("verify: %w", obsErr), ResultUnverified
-		case !known, v.State == StateListening, !expected(obs, mem, cfg, h.Endpoint):
+		case !known, v.State == StateListening, !expected(obs, mem, cfg, declared, h.Endpoint):
 			// Listening, or removed (or emptied) by the admin meanwhile:
 			// nothing to verify.
 			o.Latency = now.Sub(p.wall)
