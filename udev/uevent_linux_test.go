@@ -1,11 +1,10 @@
 package udev
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/hex"
 	"errors"
+	"github.com/nvmet-rebind/nvmet-rebind/udev/internal/hexfixture"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,29 +20,7 @@ import (
 // readHex returns the datagrams of a testdata/*.hex file (see testdata/README.md).
 func readHex(t testing.TB, name string) [][]byte {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out [][]byte
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		b, err := hex.DecodeString(line)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		out = append(out, b)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return out
+	return hexfixture.Read(t, filepath.Join("testdata", name))
 }
 
 func TestParseUeventFixtures(t *testing.T) {

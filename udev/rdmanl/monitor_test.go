@@ -1,14 +1,13 @@
 package rdmanl
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"github.com/nvmet-rebind/nvmet-rebind/udev/internal/hexfixture"
 	"os"
 	"path/filepath"
 	"reflect"
-	"strings"
 	"syscall"
 	"testing"
 
@@ -19,29 +18,7 @@ import (
 // is udev's stream): one datagram per non-comment line.
 func readUdevHex(t testing.TB, name string) [][]byte {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out [][]byte
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		b, err := hex.DecodeString(line)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		out = append(out, b)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return out
+	return hexfixture.Read(t, filepath.Join("..", "testdata", name))
 }
 
 // SYS_GET answers recorded in the test VM (udev/testdata/rdmamon-*/sys-get-doit-ack.hex).
