@@ -454,6 +454,28 @@ func (f *FS) SetISER(portalID string, on bool) error {
 	return nil
 }
 
+// SwapISER writes on to np/<np>/iser when it reads the other value, on
+// one open file; it returns what it read. A write of 1 is refused with the
+// bind error when the address has no RDMA device.
+func (f *FS) SwapISER(portalID string, on bool) (was bool, err error) {
+	iqn, tpg, np, err := ParsePortalID(portalID)
+	if err != nil {
+		return false, err
+	}
+	from, to := "1", "0"
+	if on {
+		from, to = to, from
+	}
+	got, err := f.ops.SwapAttr(f.iscsi(iqn, tpg, "np", np, "iser"), from, to)
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("lio portal %s: write iser=%s: %w", portalID, to, err)
+	case got != "0" && got != "1":
+		return false, fmt.Errorf("lio portal %s: iser reads %q, want 0 or 1; not written", portalID, got)
+	}
+	return got == "1", nil
+}
+
 // Subsystems lists nvmet/subsystems/*.
 func (f *FS) Subsystems() ([]string, error) {
 	n, _, err := f.names(f.nvmet("subsystems"), true) // a subsystem is only a link's target: one it cannot name is no port's

@@ -271,3 +271,65 @@ func TestWritesOutsideRootRefused(t *testing.T) {
 		t.Errorf("written outside the root: %q", b)
 	}
 }
+
+// SwapISER reads iser and writes the other value on the same file only
+// when it reads what the step expects; it refuses what WriteAttr refuses
+// (a symlink as the attribute or on the way, a FIFO) without writing.
+func TestSwapISER(t *testing.T) {
+	const iqn, np = "iqn.2024-01.lab:t", "192.0.2.1:3260"
+	portal := iqn + "/tpgt_1/" + np
+	for _, r := range resolvers {
+		t.Run(r.name, func(t *testing.T) {
+			root := osTree(t, nil, nil)
+			dir := portalDir(t, root, iqn, "tpgt_1", np, "1\n")
+			iser := filepath.Join(dir, "iser")
+			f := configfs.NewWithOps(root, r.ops(root))
+			for _, c := range []struct {
+				on, was bool
+				after   string
+			}{
+				{false, true, "0\n"}, // reads 1: written
+				{false, false, "0\n"}, // reads 0: not written (the admin's 0)
+				{true, false, "1\n"}, // reads 0: written
+				{true, true, "1\n"},  // reads 1: done already
+			} {
+				was, err := f.SwapISER(portal, c.on)
+				if err != nil || was != c.was {
+					t.Fatalf("SwapISER(%v) = %v, %v; want %v", c.on, was, err, c.was)
+				}
+				if b, _ := os.ReadFile(iser); string(b) != c.after {
+					t.Fatalf("after SwapISER(%v) iser holds %q, want %q", c.on, b, c.after)
+				}
+			}
+			put(t, iser, "2\n")
+			if _, err := f.SwapISER(portal, true); err == nil || !strings.Contains(err.Error(), `iser reads "2"`) {
+				t.Errorf("iser reading 2: %v", err)
+			}
+			if b, _ := os.ReadFile(iser); string(b) != "2\n" {
+				t.Errorf("iser reading 2 was written: %q", b)
+			}
+			if _, err := f.SwapISER(iqn+"/tpgt_1/192.0.2.9:3260", true); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("a missing portal: %v, want ErrNotExist", err)
+			}
+			if err := os.Remove(iser); err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Mkfifo(iser, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := f.SwapISER(portal, true)
+			wantRefused(t, err, "FIFO")
+			out := t.TempDir()
+			put(t, filepath.Join(out, "iser"), "0\n")
+			if err := os.Remove(iser); err != nil {
+				t.Fatal(err)
+			}
+			symlink(t, filepath.Join(out, "iser"), iser)
+			_, err = f.SwapISER(portal, true)
+			wantRefused(t, err, "a symlink where configfs has an attribute; not followed")
+			if b, _ := os.ReadFile(filepath.Join(out, "iser")); string(b) != "0\n" {
+				t.Errorf("written through a symlink: %q", b)
+			}
+		})
+	}
+}

@@ -34,6 +34,11 @@ type Ops interface {
 	Remove(path string) error
 	// WriteAttr writes an attribute in place, once (echo value > path).
 	WriteAttr(path, value string) error
+	// SwapAttr reads an attribute and, when it reads from, writes to, on
+	// one open file: the precondition of a write checked with the write.
+	// It returns what it read (trimmed); written only when that is from.
+	// from and to are of one length (a regular file is written in place).
+	SwapAttr(path, from, to string) (string, error)
 }
 
 // Attrs is what ReadAttrs found in one directory.
@@ -190,6 +195,19 @@ func (o OSOps) Remove(path string) error { return o.remove(path) }
 // one write(2); a partial write or a short count is an error.
 func (o OSOps) WriteAttr(path, value string) error { return o.writeAttr(path, value) }
 
+// SwapAttr implements Ops: the attribute is reached and checked as by
+// WriteAttr, opened once for reading and writing (configfs takes a write
+// after a read on the same file), and written only when it reads from.
+func (o OSOps) SwapAttr(path, from, to string) (string, error) { return o.swapAttr(path, from, to) }
+
+// trimAttr is an attribute's value as read: bounded, trimmed.
+func trimAttr(path string, b []byte) (string, error) {
+	if len(b) > maxAttr {
+		return "", fmt.Errorf("%s: attribute larger than %d bytes", path, maxAttr)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
 // readAttr reads one attribute, bounded and trimmed. A missing attribute
 // is fs.ErrNotExist.
 func readAttr(path string) (string, error) {
@@ -197,8 +215,5 @@ func readAttr(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if len(b) > maxAttr {
-		return "", fmt.Errorf("%s: attribute larger than %d bytes", path, maxAttr)
-	}
-	return strings.TrimSpace(string(b)), nil
+	return trimAttr(path, b)
 }

@@ -136,37 +136,97 @@ func (o OSOps) remove(path string) error {
 }
 
 func (o OSOps) writeAttr(path, value string) error {
+	fd, err := o.openAttr(path, unix.O_WRONLY|unix.O_TRUNC)
+	if err != nil {
+		return err
+	}
+	return writeClose(fd, path, value)
+}
+
+func (o OSOps) swapAttr(path, from, to string) (string, error) {
+	if len(from) != len(to) {
+		return "", fmt.Errorf("configfs: %s: swap of %q for %q: values of different lengths", path, from, to)
+	}
+	fd, err := o.openAttr(path, unix.O_RDWR)
+	if err != nil {
+		return "", err
+	}
+	buf := make([]byte, maxAttr+1)
+	n := 0
+	for n < len(buf) {
+		m, err := eintr(func() (int, error) { return unix.Read(fd, buf[n:]) })
+		if err != nil {
+			unix.Close(fd)
+			return "", &fs.PathError{Op: "read", Path: path, Err: err}
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	got, err := trimAttr(path, buf[:n])
+	if err != nil || got != from {
+		unix.Close(fd)
+		return got, err
+	}
+	// At offset 0: configfs ignores the offset; a regular file (the
+	// tests' trees) is overwritten in place, from and to being of one
+	// length.
+	b := []byte(to + "\n")
+	m, err := eintr(func() (int, error) { return unix.Pwrite(fd, b, 0) })
+	if err == nil && m != len(b) {
+		err = fmt.Errorf("short write: %d of %d bytes", m, len(b))
+	}
+	if err != nil {
+		unix.Close(fd)
+		return got, &fs.PathError{Op: "write", Path: path, Err: err}
+	}
+	if err := unix.Close(fd); err != nil {
+		return got, &fs.PathError{Op: "close", Path: path, Err: err}
+	}
+	return got, nil
+}
+
+// openAttr opens the attribute at path (beneath Root, no symlink followed)
+// with flags; it must be a regular file, checked before the open (opening
+// a device or a FIFO is not harmless) and again on the fd (what was opened
+// is what is written).
+func (o OSOps) openAttr(path string, flags int) (int, error) {
 	dfd, name, root, err := o.parent(path)
 	if err != nil {
-		return err
+		return -1, err
 	}
 	defer unix.Close(dfd)
-	// Checked before the open (opening a device or a FIFO is not
-	// harmless), and again on the fd (what was opened is what is written).
 	var st unix.Stat_t
 	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return &fs.PathError{Op: "open", Path: path, Err: err}
+		return -1, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	if err := isAttr(path, root, st.Mode); err != nil {
-		return err
+		return -1, err
 	}
 	fd, err := eintr(func() (int, error) {
-		return unix.Openat(dfd, name, unix.O_WRONLY|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		return unix.Openat(dfd, name, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	})
 	if err == unix.ELOOP {
-		return &symlinkError{path: path, has: "an attribute", root: root}
+		return -1, &symlinkError{path: path, has: "an attribute", root: root}
 	}
 	if err != nil {
-		return &fs.PathError{Op: "open", Path: path, Err: err}
+		return -1, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
-		return &fs.PathError{Op: "stat", Path: path, Err: err}
+		return -1, &fs.PathError{Op: "stat", Path: path, Err: err}
 	}
 	if err := isAttr(path, root, st.Mode); err != nil {
 		unix.Close(fd)
-		return err
+		return -1, err
 	}
+	return fd, nil
+}
+
+// writeClose writes value and a newline to fd in one write(2), and closes
+// it: a short count is an error.
+func writeClose(fd int, path, value string) error {
 	b := []byte(value + "\n")
 	n, err := eintr(func() (int, error) { return unix.Write(fd, b) })
 	if err == nil && n != len(b) {

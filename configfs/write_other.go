@@ -9,6 +9,7 @@ package configfs
 
 import (
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -66,19 +67,7 @@ func (o OSOps) remove(path string) error {
 }
 
 func (o OSOps) writeAttr(path, value string) error {
-	st, root, err := o.check(path)
-	if err != nil {
-		return err
-	}
-	switch {
-	case st == nil:
-		return &fs.PathError{Op: "open", Path: path, Err: fs.ErrNotExist}
-	case st.Mode()&fs.ModeSymlink != 0:
-		return &symlinkError{path: path, has: "an attribute", root: root}
-	case !st.Mode().IsRegular():
-		return notAttrError(path, "a "+st.Mode().Type().String())
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	f, err := o.openAttr(path, os.O_WRONLY|os.O_TRUNC)
 	if err != nil {
 		return err
 	}
@@ -87,4 +76,43 @@ func (o OSOps) writeAttr(path, value string) error {
 		return err
 	}
 	return f.Close()
+}
+
+func (o OSOps) swapAttr(path, from, to string) (string, error) {
+	if len(from) != len(to) {
+		return "", fmt.Errorf("configfs: %s: swap of %q for %q: values of different lengths", path, from, to)
+	}
+	f, err := o.openAttr(path, os.O_RDWR)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxAttr+1))
+	if err != nil {
+		return "", err
+	}
+	got, err := trimAttr(path, b)
+	if err != nil || got != from {
+		return got, err
+	}
+	if _, err := f.WriteAt([]byte(to+"\n"), 0); err != nil {
+		return got, err
+	}
+	return got, f.Close()
+}
+
+func (o OSOps) openAttr(path string, flags int) (*os.File, error) {
+	st, root, err := o.check(path)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case st == nil:
+		return nil, &fs.PathError{Op: "open", Path: path, Err: fs.ErrNotExist}
+	case st.Mode()&fs.ModeSymlink != 0:
+		return nil, &symlinkError{path: path, has: "an attribute", root: root}
+	case !st.Mode().IsRegular():
+		return nil, notAttrError(path, "a "+st.Mode().Type().String())
+	}
+	return os.OpenFile(path, flags, 0)
 }

@@ -269,25 +269,26 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 			}
 			nLink++
 		case OpSetISER:
+			// The precondition (CheckISER) is read on the file written.
 			t := time.Now()
-			ok, err := e.pass(s)
-			tm.checked(time.Since(t))
-			if err != nil {
-				return nil, err
-			}
-			if ok == passSkip {
-				skip[s.Key] = true
+			was, err := e.opt.Tree.SwapISER(s.Key.ID, s.On)
+			took := time.Since(t)
+			e.stats.WriteTime += took
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				skip[s.Key] = true // the portal is gone
 				continue
-			}
-			if ok == passDone {
-				continue
-			}
-			t = time.Now()
-			err = e.write(func() error { return e.opt.Tree.SetISER(s.Key.ID, s.On) })
-			tm.wrote(s.On, time.Since(t))
-			if err != nil {
+			case err != nil:
+				e.stats.Writes++
 				return nil, err
+			case was == s.On && !s.On:
+				skip[s.Key] = true // the admin set iser=0 meanwhile
+				continue
+			case was == s.On:
+				continue // iser already reads 1
 			}
+			e.stats.Writes++
+			tm.wrote(s.On, took)
 			if !s.On {
 				nOff++
 				if nOff == 1 && e.fault("after-iser-0") || nOff > 1 && nOff == offs && e.fault("after-all-iser-0") {
@@ -308,13 +309,12 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 }
 
 // healTimes is when a heal's writes ended (debug): its first write, and
-// its first write that can bind a listener (a link, iser=1).
-// Until that binding write: the time in the writes and in the
-// preconditions checked by execute.
+// its first write that can bind a listener (a link, iser=1). Until that
+// binding write: the time in the writes.
 type healTimes struct {
-	first, firstOn  time.Time
-	writes, checks  time.Duration
-	nWrites, nCheck int
+	first, firstOn time.Time
+	writes         time.Duration
+	nWrites        int
 }
 
 func (t *healTimes) wrote(on bool, took time.Duration) {
@@ -328,13 +328,6 @@ func (t *healTimes) wrote(on bool, took time.Duration) {
 		if on {
 			t.firstOn = now
 		}
-	}
-}
-
-func (t *healTimes) checked(took time.Duration) {
-	if t.firstOn.IsZero() {
-		t.checks += took
-		t.nCheck++
 	}
 }
 
@@ -355,7 +348,7 @@ func (e *Engine) logHeal(h Heal, start, began time.Time, tm healTimes, batches, 
 	e.log.Debug("heal", "endpoint", h.Endpoint.String(), "action", h.Action.String(), "steps", len(h.Steps),
 		"began", began.Sub(start), "first_write", since(tm.first), "first_bind", since(tm.firstOn), "ended", time.Since(start),
 		"journal_batches", batches, "journal_writes", journal,
-		"writes_to_bind", tm.nWrites, "in_writes", tm.writes, "checks_to_bind", tm.nCheck, "in_checks", tm.checks)
+		"writes_to_bind", tm.nWrites, "in_writes", tm.writes)
 }
 
 // write makes one configfs write, counting it and the time spent in it

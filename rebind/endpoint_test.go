@@ -421,6 +421,37 @@ func TestSharedPortalAdminChangesDuringOutage(t *testing.T) {
 	}
 }
 
+// The admin sets a sharer's iser to 0 in the middle of the heal, after
+// the first sharer's 0 and before that sharer's: the heal reads it on the
+// file it writes, leaves it at 0 and brings the other sharers back to 1.
+func TestSharedPortalAdminZeroDuringTheHeal(t *testing.T) {
+	k, ids, _ := sharedWorld(t, 3)
+	clk := newClock()
+	admin := configfs.NewWithOps(k.Root, k.Admin())
+	once := false
+	e := sharedEngine(t, k, clk, func(p string) bool {
+		if p == "after-iser-0" && !once {
+			once = true
+			must(t, admin.SetISER(ids[2], false))
+		}
+		return false
+	}, t.TempDir())
+	must(t, func() error { _, err := e.Reconcile(context.Background()); return err }())
+	k.RemoveDevice("rxe0")
+	k.AddDevice("rxe0", 0x11, "veth0")
+	k.ResetLog()
+	_, err := e.Reconcile(context.Background())
+	must(t, err)
+	for _, id := range ids[:2] {
+		if p, _ := k.FS().Portal(id); !p.ISER || !k.Listening("ib_isert", id) {
+			t.Errorf("%s: iser=%v listening=%v after the heal", id, p.ISER, k.Listening("ib_isert", id))
+		}
+	}
+	if p, _ := k.FS().Portal(ids[2]); p.ISER {
+		t.Errorf("the admin's iser=0, written during the heal, was undone: %q", k.LogStrings())
+	}
+}
+
 // A crash at every point of a shared heal: a restarted engine ends with
 // every sharer at 1 and a listener; the admin's 0 stays 0.
 func TestSharedPortalCrashAnywhere(t *testing.T) {

@@ -48,7 +48,9 @@ type Tree interface {
 	Subsystems() ([]string, error)
 	Unlink(portID string, l configfs.Link) error
 	Relink(portID string, l configfs.Link) error
-	SetISER(portalID string, on bool) error
+	// SwapISER writes iser=on where it reads the other value (on one
+	// open file) and returns what it read.
+	SwapISER(portalID string, on bool) (was bool, err error)
 }
 
 // Store keeps the intent journal and the device pins (rebind/state).

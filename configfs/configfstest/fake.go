@@ -206,6 +206,7 @@ func (a adminOps) Remove(p string) error { return a.do(Write{Op: "remove", Path:
 func (a adminOps) WriteAttr(p, v string) error {
 	return a.do(Write{Op: "write", Path: p, Value: v}, false)
 }
+func (a adminOps) SwapAttr(p, from, to string) (string, error) { return a.swap(p, from, to, false) }
 
 // RemovePort removes a port as an admin must: unlink every subsystem, rmdir.
 func (k *Fake) RemovePort(id string) error {
@@ -321,6 +322,23 @@ func (k *Fake) WriteAttr(path, value string) error {
 	return k.do(Write{Op: "write", Path: path, Value: value}, true)
 }
 
+// SwapAttr implements configfs.Ops: the read and the write (logged as a
+// write, when made) under the fake kernel's lock.
+func (k *Fake) SwapAttr(path, from, to string) (string, error) { return k.swap(path, from, to, true) }
+
+func (k *Fake) swap(path, from, to string, logged bool) (string, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	a := configfs.OSOps{}.ReadAttrs([]string{filepath.Dir(path)}, []string{filepath.Base(path)})[0]
+	if a.Err != nil {
+		return "", a.Err
+	}
+	if a.Errs[0] != nil || a.Values[0] != from {
+		return a.Values[0], a.Errs[0]
+	}
+	return from, k.doLocked(Write{Op: "write", Path: path, Value: to}, logged)
+}
+
 func (k *Fake) rel(p string) string {
 	r, err := filepath.Rel(k.Root, p)
 	if err != nil || strings.HasPrefix(r, "..") {
@@ -332,6 +350,10 @@ func (k *Fake) rel(p string) string {
 func (k *Fake) do(w Write, logged bool) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	return k.doLocked(w, logged)
+}
+
+func (k *Fake) doLocked(w Write, logged bool) error {
 	abs := filepath.Clean(w.Path)
 	w.Path = k.rel(abs)
 	if w.Op == "symlink" {

@@ -263,6 +263,12 @@ func (c cacheOps) WriteAttr(path, value string) error {
 	return err
 }
 
+func (c cacheOps) SwapAttr(path, from, to string) (string, error) {
+	got, err := c.m.ops.SwapAttr(path, from, to)
+	c.m.touchAttr(filepath.Clean(path))
+	return got, err
+}
+
 // touchEntry marks what creating or removing path changes: its parent's
 // listing and attributes, and path itself with everything under it.
 func (m *Model) touchEntry(path string) {

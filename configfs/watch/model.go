@@ -525,6 +525,17 @@ func (m *Model) Relink(portID string, l configfs.Link) error {
 	return err
 }
 
+// SwapISER is configfs.FS.SwapISER; the model marks the portal changed.
+func (m *Model) SwapISER(portalID string, on bool) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	was, err := m.fs.SwapISER(portalID, on)
+	if iqn, tpg, np, perr := configfs.ParsePortalID(portalID); perr == nil {
+		m.touchAttr(filepath.Join(m.root, "target", "iscsi", iqn, tpg, "np", np, "iser"))
+	}
+	return was, err
+}
+
 // SetISER is configfs.FS.SetISER; the model marks the portal changed.
 func (m *Model) SetISER(portalID string, on bool) error {
 	m.mu.Lock()
