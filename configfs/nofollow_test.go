@@ -288,10 +288,10 @@ func TestSwapISER(t *testing.T) {
 				on, was bool
 				after   string
 			}{
-				{false, true, "0\n"}, // reads 1: written
+				{false, true, "0\n"},  // reads 1: written
 				{false, false, "0\n"}, // reads 0: not written (the admin's 0)
-				{true, false, "1\n"}, // reads 0: written
-				{true, true, "1\n"},  // reads 1: done already
+				{true, false, "1\n"},  // reads 0: written
+				{true, true, "1\n"},   // reads 1: done already
 			} {
 				was, err := f.SwapISER(portal, c.on)
 				if err != nil || was != c.was {
