@@ -153,3 +153,38 @@ func BenchmarkSharedPortalHeal(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkManySubsystemsHeal: one port with n subsystems linked (a port
+// per address, a subsystem per volume); the device resets and one
+// reconcile through the inotify model heals it (journal, n unlinks, n
+// links, verify). ns/op is that round.
+func BenchmarkManySubsystemsHeal(b *testing.B) {
+	for _, n := range []int{1000} {
+		b.Run(fmt.Sprintf("subsystems=%d", n), func(b *testing.B) {
+			k := newFakeKernel(b)
+			k.AddAddr("veth0", "192.0.2.1")
+			k.AddDevice("rxe0", 0x11, "veth0")
+			var nqns []string
+			for i := range n {
+				nqns = append(nqns, fmt.Sprintf("nqn.2024-01.lab:vol-%04d", i))
+			}
+			k.LinkedPort("1", "192.0.2.1", "4420", nqns...)
+			e := modelEngine(b, k)
+			if _, err := e.Reconcile(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				b.StopTimer()
+				k.RemoveDevice("rxe0")
+				k.AddDevice("rxe0", 0x11, "veth0")
+				b.StartTimer()
+				if _, err := e.Reconcile(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				if !k.Listening("nvmet_rdma", "1") {
+					b.Fatal("not healed in one round")
+				}
+			}
+		})
+	}
+}

@@ -292,9 +292,13 @@ func settled(hd holder) []Settled {
 		}
 		return nil
 	}
+	linked := make(map[string]bool, len(hd.port.Links))
+	for _, l := range hd.port.Links {
+		linked[l.NQN] = true
+	}
 	var out []Settled
 	for _, n := range hd.boot.NQNs {
-		if slices.ContainsFunc(hd.port.Links, func(l configfs.Link) bool { return l.NQN == n }) {
+		if linked[n] {
 			out = append(out, Settled{hd.key, n})
 		}
 	}

@@ -30,32 +30,41 @@ func planPorts(g *group, st State, obs *Observed) (bool, Heal) {
 		}
 		// want: the journal's links first (in their order), then links
 		// present that it lacks, then those a saved config declares.
+		// (Sets, not scans: a port may hold thousands of subsystems.)
+		isPresent := make(map[configfs.Link]bool, len(present))
+		for _, l := range present {
+			isPresent[l] = true
+		}
 		var want []configfs.Link
+		wanted := map[configfs.Link]bool{}
 		if hd.intent != nil {
 			for _, l := range hd.intent.Links {
-				if obs.Subsystems[l.NQN] || slices.Contains(present, l) {
-					want = append(want, l)
+				if (obs.Subsystems[l.NQN] || isPresent[l]) && !wanted[l] {
+					want, wanted[l] = append(want, l), true
 				}
 			}
 		}
 		for _, l := range present {
-			if !slices.Contains(want, l) {
-				want = append(want, l)
+			if !wanted[l] {
+				want, wanted[l] = append(want, l), true
 			}
 		}
 		var declaredMissing []configfs.Link
 		if hd.boot != nil {
+			wantedNQN := make(map[string]bool, len(want))
+			for _, w := range want {
+				wantedNQN[w.NQN] = true
+			}
 			for _, n := range hd.boot.NQNs {
-				l := configfs.Link{Name: n, NQN: n}
-				if obs.Subsystems[n] && !slices.ContainsFunc(want, func(w configfs.Link) bool { return w.NQN == n }) {
-					declaredMissing = append(declaredMissing, l)
+				if obs.Subsystems[n] && !wantedNQN[n] {
+					declaredMissing = append(declaredMissing, configfs.Link{Name: n, NQN: n})
 				}
 			}
 		}
 		missing := func(ls []configfs.Link) []configfs.Link {
 			var m []configfs.Link
 			for _, l := range ls {
-				if !slices.Contains(present, l) {
+				if !isPresent[l] {
 					m = append(m, l)
 				}
 			}
