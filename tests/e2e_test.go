@@ -49,23 +49,10 @@ func runKernel(t *testing.T, series string, scenarios []string) {
 			timeout = left
 		}
 	}
-	t.Logf("booting %s with %d scenarios (timeout %v): %s", img.kernel.Release, len(scenarios), timeout, strings.Join(scenarios, " "))
-	var mu sync.Mutex
-	start := time.Now()
-	res := bootVM(t, img, []string{
-		"e2e.mode=suite",
-		"e2e.scenarios=" + strings.Join(scenarios, ","),
-		fmt.Sprintf("e2e.bench=%d", benchCount()),
-	}, timeout, func(line string) {
-		if strings.Contains(line, "E2E RESULT ") || strings.Contains(line, "E2E INFO ") || strings.Contains(line, "E2E WARN ") {
-			mu.Lock()
-			defer mu.Unlock()
-			i := strings.Index(line, "E2E ")
-			t.Logf("%6.1fs %s", time.Since(start).Seconds(), line[i:])
-		}
-	})
+	res := bootSuite(t, img, scenarios, timeout)
 	ev := res.Events
 	t.Logf("%s: wall time %v (done=%v rc=%d timed out=%v)", img.kernel.Release, res.Elapsed.Round(time.Second), ev.Done, ev.RC, res.TimedOut)
+	retryKernelHangs(t, img, ev)
 	why := "the VM ended before the scenario reported"
 	if res.TimedOut {
 		why = fmt.Sprintf("the VM was killed after the %v timeout", timeout)
@@ -88,6 +75,66 @@ func runKernel(t *testing.T, series string, scenarios []string) {
 	// its tail) still shows why each scenario failed and its state dump.
 	for _, name := range bad {
 		t.Logf("failed on %s: %s, its last lines:\n%s", img.kernel.Release, name, scenarioLog(ev, name, 120))
+	}
+}
+
+// bootSuite boots img once and runs the scenarios in it, logging their
+// results as they come.
+func bootSuite(t *testing.T, img *vmImage, scenarios []string, timeout time.Duration) *vm.BootResult {
+	t.Logf("booting %s with %d scenarios (timeout %v): %s", img.kernel.Release, len(scenarios), timeout, strings.Join(scenarios, " "))
+	var mu sync.Mutex
+	start := time.Now()
+	return bootVM(t, img, []string{
+		"e2e.mode=suite",
+		"e2e.scenarios=" + strings.Join(scenarios, ","),
+		fmt.Sprintf("e2e.bench=%d", benchCount()),
+	}, timeout, func(line string) {
+		if strings.Contains(line, "E2E RESULT ") || strings.Contains(line, "E2E INFO ") || strings.Contains(line, "E2E WARN ") {
+			mu.Lock()
+			defer mu.Unlock()
+			i := strings.Index(line, "E2E ")
+			t.Logf("%6.1fs %s", time.Since(start).Seconds(), line[i:])
+		}
+	})
+}
+
+// kernelHung is the kernel's hung-task report, as the guest's dmesg shows
+// it in a scenario's state dump.
+const kernelHung = "blocked for more than"
+
+// retryKernelHangs runs once more, in a fresh VM, each scenario that was
+// killed by its timeout while the kernel reported a task hung in it (a
+// kernel deadlock under TCG load: seen once in CI, in flapping-shared on
+// 7.3.4, an `rdma` command blocked in sendto for over 120 s). Nothing the
+// daemon does can hold a kernel task that long; the hang stays in the log
+// as a warning of the scenario, and the second run's verdict stands. A
+// scenario that fails any other way is never run again.
+func retryKernelHangs(t *testing.T, img *vmImage, ev vm.Events) {
+	for name, r := range ev.Results {
+		if r.Status != "FAIL" || !strings.Contains(r.Detail, "killed by the") {
+			continue
+		}
+		hung := ""
+		for _, l := range ev.Logs[name] {
+			if strings.Contains(l, kernelHung) {
+				hung = strings.TrimSpace(l)
+				break
+			}
+		}
+		if hung == "" {
+			continue
+		}
+		t.Logf("WARNING %s: killed by its timeout while the kernel reported a hung task (%s): run once more in a fresh VM", name, hung)
+		res := bootSuite(t, img, []string{name}, bootTimeout(t, []string{name}))
+		r2, ok := res.Events.Results[name]
+		if !ok || r2.Status != "PASS" {
+			ev.Logs[name] = append(ev.Logs[name], "second attempt, in a fresh VM:")
+			ev.Logs[name] = append(ev.Logs[name], res.Events.Logs[name]...)
+			continue
+		}
+		ev.Results[name] = vm.Result{Name: name, Status: "PASS", Detail: r2.Detail + " (second attempt: the first was killed by its timeout during a kernel hang)"}
+		ev.Metrics[name] = res.Events.Metrics[name]
+		ev.Warns[name] = append(ev.Warns[name], "first attempt killed by its timeout during a kernel hang: "+hung)
 	}
 }
 

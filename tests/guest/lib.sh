@@ -88,6 +88,10 @@ dump_state() {
 		D*) sed 's/^/        /' "$_d/stack" 2>/dev/null ;;
 		esac
 	done
+	if dmesg | grep -q 'blocked for more than'; then
+		echo "  # the kernel's hung-task reports"
+		dmesg | grep -A 12 'blocked for more than' | head -n 60 | sed 's/^/    /'
+	fi
 	echo "  # dmesg (last 25 lines)"
 	dmesg | tail -n 25 | sed 's/^/    /'
 	echo "  ---- end of state ----"
