@@ -420,6 +420,33 @@ func (f *FS) Unlink(portID string, l Link) error {
 	return nil
 }
 
+// UnlinkAll removes the links of port portID, in order, through one open
+// of its subsystems directory: done is told each unlink's result and stops
+// the rest by returning false. The error is about the port itself (a bad
+// id or name, its directory not opened): nothing was removed.
+func (f *FS) UnlinkAll(portID string, links []Link, done func(i int, err error) bool) error {
+	if err := checkName(portID); err != nil {
+		return fmt.Errorf("nvmet port: %w", err)
+	}
+	names := make([]string, len(links))
+	for i, l := range links {
+		if err := checkName(l.Name); err != nil {
+			return fmt.Errorf("nvmet port %s: %w", portID, err)
+		}
+		names[i] = l.Name
+	}
+	err := f.ops.RemoveLinks(f.nvmet("ports", portID, "subsystems"), names, func(i int, err error) bool {
+		if err != nil {
+			err = fmt.Errorf("nvmet port %s: unlink %q: %w", portID, names[i], err)
+		}
+		return done(i, err)
+	})
+	if err != nil {
+		return fmt.Errorf("nvmet port %s: unlink: %w", portID, err)
+	}
+	return nil
+}
+
 // Relink creates ports/<id>/subsystems/<link.Name> → subsystems/<link.NQN>.
 // The first link enables the port; when the transport cannot bind, the
 // kernel refuses the link (EADDRNOTAVAIL: no netdev holds the address,

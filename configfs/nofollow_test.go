@@ -129,6 +129,14 @@ func TestSymlinkedSubsystemsRefused(t *testing.T) {
 			if _, err := os.Lstat(victim); err != nil {
 				t.Errorf("the link outside the root was removed: %v", err)
 			}
+			if errs, err := unlinkAll(f, "1", "nqn.a"); len(errs) != 0 || err == nil {
+				t.Errorf("UnlinkAll through a symlinked subsystems: %v, %v; want the port's error and no unlink", errs, err)
+			} else {
+				wantRefused(t, err, "configfs: "+sub+notFollowed)
+			}
+			if _, err := os.Lstat(victim); err != nil {
+				t.Errorf("the link outside the root was removed by UnlinkAll: %v", err)
+			}
 			err = f.Relink("1", configfs.Link{Name: "nqn.b", NQN: "nqn.b"})
 			wantRefused(t, err, "configfs: "+sub+notFollowed)
 			if _, err := os.Lstat(filepath.Join(out, "subsystems", "nqn.b")); !os.IsNotExist(err) {
@@ -157,6 +165,8 @@ func TestSymlinkedParentsRefused(t *testing.T) {
 				symlink(t, filepath.Join(other, up), filepath.Join(root, up))
 				f := configfs.NewWithOps(root, r.ops(root))
 				wantRefused(t, f.Unlink("1", configfs.Link{Name: "nqn.a", NQN: "nqn.a"}), "configfs: "+filepath.Join(root, up)+notFollowed)
+				_, err := unlinkAll(f, "1", "nqn.a")
+				wantRefused(t, err, "configfs: "+filepath.Join(root, up)+notFollowed)
 				if _, err := os.Lstat(victim); err != nil {
 					t.Errorf("the link outside the root was removed: %v", err)
 				}
@@ -179,6 +189,79 @@ func TestRemoveOnlyLinks(t *testing.T) {
 				if _, err := os.Lstat(filepath.Join(sub, n)); err != nil {
 					t.Errorf("%s removed: %v", n, err)
 				}
+			}
+		})
+	}
+}
+
+// unlinkAll runs f.UnlinkAll on names (links named as their subsystem),
+// collecting each unlink's result.
+func unlinkAll(f *configfs.FS, id string, names ...string) ([]error, error) {
+	var links []configfs.Link
+	for _, n := range names {
+		links = append(links, configfs.Link{Name: n, NQN: n})
+	}
+	var errs []error
+	err := f.UnlinkAll(id, links, func(_ int, err error) bool {
+		errs = append(errs, err)
+		return true
+	})
+	return errs, err
+}
+
+// UnlinkAll removes a port's links through one open of its directory:
+// each must be a symlink (a directory or a file there is refused, the
+// rest go on), done's false stops the rest, a missing link is ENOENT.
+func TestUnlinkAll(t *testing.T) {
+	for _, r := range resolvers {
+		t.Run(r.name, func(t *testing.T) {
+			root := osTree(t, []string{"1"}, []string{"nqn.a", "nqn.b", "nqn.c"})
+			f := configfs.NewWithOps(root, r.ops(root))
+			sub := filepath.Join(root, "nvmet/ports/1/subsystems")
+			for _, n := range []string{"nqn.a", "nqn.b", "nqn.c"} {
+				if err := f.Relink("1", configfs.Link{Name: n, NQN: n}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mustMkdir(t, filepath.Join(sub, "dir"))
+			put(t, filepath.Join(sub, "file"), "x")
+			errs, err := unlinkAll(f, "1", "nqn.a", "dir", "file", "gone", "nqn.b")
+			if err != nil || len(errs) != 5 {
+				t.Fatalf("UnlinkAll: %v, %v", errs, err)
+			}
+			for i, want := range []string{"", "not a symlink; not removed", "not a symlink; not removed", "no such file", ""} {
+				switch {
+				case want == "" && errs[i] != nil:
+					t.Errorf("unlink %d: %v", i, errs[i])
+				case want != "" && (errs[i] == nil || !strings.Contains(errs[i].Error(), want)):
+					t.Errorf("unlink %d: %v, want %q", i, errs[i], want)
+				}
+			}
+			if !errors.Is(errs[3], fs.ErrNotExist) {
+				t.Errorf("a missing link: %v, want ENOENT", errs[3])
+			}
+			for _, n := range []string{"dir", "file", "nqn.c"} {
+				if _, err := os.Lstat(filepath.Join(sub, n)); err != nil {
+					t.Errorf("%s removed: %v", n, err)
+				}
+			}
+			// done's false stops the rest.
+			if err := f.Relink("1", configfs.Link{Name: "nqn.a", NQN: "nqn.a"}); err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			err = f.UnlinkAll("1", []configfs.Link{{Name: "nqn.a", NQN: "nqn.a"}, {Name: "nqn.c", NQN: "nqn.c"}}, func(int, error) bool { n++; return false })
+			if err != nil || n != 1 {
+				t.Fatalf("stopped UnlinkAll: %v, %d calls", err, n)
+			}
+			if _, err := os.Lstat(filepath.Join(sub, "nqn.c")); err != nil {
+				t.Errorf("unlinked after done said stop: %v", err)
+			}
+			if _, err := unlinkAll(f, "1", "../x"); err == nil {
+				t.Error("a link name with .. accepted")
+			}
+			if _, err := unlinkAll(f, "9", "nqn.a"); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("a missing port: %v, want ENOENT", err)
 			}
 		})
 	}

@@ -32,6 +32,11 @@ type Ops interface {
 	Symlink(target, link string) error
 	// Remove removes a symlink (unlink): a port's subsystem link.
 	Remove(path string) error
+	// RemoveLinks removes the symlinks names of dir, in order, each as
+	// Remove would, through one open of dir; done is told each removal's
+	// result and stops the rest by returning false. The error is dir's
+	// own (not opened: nothing removed, done never called).
+	RemoveLinks(dir string, names []string, done func(i int, err error) bool) error
 	// WriteAttr writes an attribute in place, once (echo value > path).
 	WriteAttr(path, value string) error
 	// SwapAttr reads an attribute and, when it reads from, writes to, on
@@ -189,6 +194,12 @@ func (o OSOps) Symlink(target, link string) error { return o.symlink(target, lin
 // Remove implements Ops: path's directory is reached beneath Root without
 // following a symlink, and path must itself be a symlink.
 func (o OSOps) Remove(path string) error { return o.remove(path) }
+
+// RemoveLinks implements Ops: dir is reached beneath Root without following
+// a symlink, once; each name must be a symlink in it.
+func (o OSOps) RemoveLinks(dir string, names []string, done func(int, error) bool) error {
+	return o.removeLinks(dir, names, done)
+}
 
 // WriteAttr implements Ops: the attribute is reached beneath Root without
 // following a symlink and must be a regular file. configfs attributes take

@@ -120,6 +120,30 @@ func (o OSOps) remove(path string) error {
 		return err
 	}
 	defer unix.Close(dfd)
+	return removeLink(dfd, name, path)
+}
+
+func (o OSOps) removeLinks(dir string, names []string, done func(int, error) bool) error {
+	root, rel, err := o.beneath(filepath.Join(dir, "x"))
+	if err != nil {
+		return err
+	}
+	dfd, err := o.openDir(root, filepath.Dir(rel))
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	for i, name := range names {
+		if !done(i, removeLink(dfd, name, filepath.Join(dir, name))) {
+			break
+		}
+	}
+	return nil
+}
+
+// removeLink removes name of the directory dfd (path, for errors), which
+// must be a symlink.
+func removeLink(dfd int, name, path string) error {
 	var st unix.Stat_t
 	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return &fs.PathError{Op: "remove", Path: path, Err: err}

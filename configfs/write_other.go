@@ -66,6 +66,18 @@ func (o OSOps) remove(path string) error {
 	return os.Remove(path)
 }
 
+func (o OSOps) removeLinks(dir string, names []string, done func(int, error) bool) error {
+	if _, _, err := o.check(filepath.Join(dir, "x")); err != nil {
+		return err
+	}
+	for i, name := range names {
+		if !done(i, o.remove(filepath.Join(dir, name))) {
+			break
+		}
+	}
+	return nil
+}
+
 func (o OSOps) writeAttr(path, value string) error {
 	f, err := o.openAttr(path, os.O_WRONLY|os.O_TRUNC)
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"syscall"
 	"time"
+
+	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 )
 
 // ErrCrashed is returned when a test fault point stopped a rebind the way a
@@ -227,7 +229,7 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 	var deletes []Key
 	var failed []error // links refused one by one
 	var nUnlink, nLink, nOff, nOn int
-	for _, s := range h.Steps {
+	for i, s := range h.Steps {
 		if skip[s.Key] && s.Op != OpJournalDelete {
 			continue
 		}
@@ -237,16 +239,44 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 		case OpJournalDelete:
 			deletes = append(deletes, s.Key)
 		case OpUnlink:
+			// A run of the port's unlinks is one call (one open of its
+			// directory); each is counted, checked and fault-pointed as
+			// it is made.
+			if i > 0 && h.Steps[i-1].Op == OpUnlink && h.Steps[i-1].Key == s.Key {
+				continue // made with the run's first
+			}
+			var run []configfs.Link
+			for _, r := range h.Steps[i:] {
+				if r.Op != OpUnlink || r.Key != s.Key {
+					break
+				}
+				run = append(run, r.Link)
+			}
+			var stop error
 			t := time.Now()
-			err := e.write(func() error { return e.opt.Tree.Unlink(s.Key.ID, s.Link) })
-			tm.wrote(false, time.Since(t))
-			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			err := e.opt.Tree.UnlinkAll(s.Key.ID, run, func(_ int, err error) bool {
+				took := time.Since(t)
+				e.stats.WriteTime += took
+				e.stats.Writes++
+				tm.wrote(false, took)
+				if err != nil && !errors.Is(err, fs.ErrNotExist) {
+					stop = err
+					return false
+				}
+				if e.fault(fmt.Sprintf("after-unlink-%d", nUnlink)) {
+					stop = ErrCrashed
+					return false
+				}
+				nUnlink++
+				t = time.Now()
+				return true
+			})
+			if err == nil {
+				err = stop
+			}
+			if err != nil {
 				return nil, err
 			}
-			if e.fault(fmt.Sprintf("after-unlink-%d", nUnlink)) {
-				return nil, ErrCrashed
-			}
-			nUnlink++
 		case OpLink:
 			t := time.Now()
 			err := e.write(func() error { return e.opt.Tree.Relink(s.Key.ID, s.Link) })

@@ -46,7 +46,9 @@ type Tree interface {
 	Portals() ([]configfs.Portal, error)
 	Portal(id string) (configfs.Portal, error)
 	Subsystems() ([]string, error)
-	Unlink(portID string, l configfs.Link) error
+	// UnlinkAll removes links of a port in order, telling done each
+	// result (false stops); its error is the port's (nothing removed).
+	UnlinkAll(portID string, links []configfs.Link, done func(i int, err error) bool) error
 	Relink(portID string, l configfs.Link) error
 	// SwapISER writes iser=on where it reads the other value (on one
 	// open file) and returns what it read.

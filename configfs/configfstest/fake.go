@@ -207,6 +207,9 @@ func (a adminOps) WriteAttr(p, v string) error {
 	return a.do(Write{Op: "write", Path: p, Value: v}, false)
 }
 func (a adminOps) SwapAttr(p, from, to string) (string, error) { return a.swap(p, from, to, false) }
+func (a adminOps) RemoveLinks(dir string, names []string, done func(int, error) bool) error {
+	return a.removeLinks(dir, names, done, false)
+}
 
 // RemovePort removes a port as an admin must: unlink every subsystem, rmdir.
 func (k *Fake) RemovePort(id string) error {
@@ -320,6 +323,23 @@ func (k *Fake) Remove(path string) error { return k.do(Write{Op: "remove", Path:
 // WriteAttr implements configfs.Ops.
 func (k *Fake) WriteAttr(path, value string) error {
 	return k.do(Write{Op: "write", Path: path, Value: value}, true)
+}
+
+// RemoveLinks implements configfs.Ops: each removal logged as Remove's.
+func (k *Fake) RemoveLinks(dir string, names []string, done func(int, error) bool) error {
+	return k.removeLinks(dir, names, done, true)
+}
+
+func (k *Fake) removeLinks(dir string, names []string, done func(int, error) bool, logged bool) error {
+	if st, err := os.Lstat(dir); err != nil || !st.IsDir() {
+		return &fs.PathError{Op: "open", Path: dir, Err: fs.ErrNotExist}
+	}
+	for i, n := range names {
+		if !done(i, k.do(Write{Op: "remove", Path: filepath.Join(dir, n)}, logged)) {
+			break
+		}
+	}
+	return nil
 }
 
 // SwapAttr implements configfs.Ops: the read and the write (logged as a

@@ -516,6 +516,17 @@ func (m *Model) Unlink(portID string, l configfs.Link) error {
 	return err
 }
 
+// UnlinkAll is configfs.FS.UnlinkAll; the model marks the port's links
+// changed, each as it goes.
+func (m *Model) UnlinkAll(portID string, links []configfs.Link, done func(int, error) bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.fs.UnlinkAll(portID, links, func(i int, err error) bool {
+		m.touchEntry(filepath.Join(m.root, "nvmet", "ports", portID, "subsystems", links[i].Name))
+		return done(i, err)
+	})
+}
+
 // Relink is configfs.FS.Relink; the model marks the port's links changed.
 func (m *Model) Relink(portID string, l configfs.Link) error {
 	m.mu.Lock()
