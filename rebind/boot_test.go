@@ -36,8 +36,15 @@ func TestBootCompletion(t *testing.T) {
 	if log := w.k.LogStrings(); len(log) != 0 {
 		t.Fatalf("wrote before the address exists: %q", log)
 	}
-	if r := item(items, "9").Reason; !strings.Contains(r, "not in configfs: not created") {
-		t.Errorf("port 9: %q", r)
+	if it := item(items, "9"); !strings.Contains(it.Reason, "not in configfs: not created") || !it.Missing {
+		t.Errorf("port 9: missing %v, %q", it.Missing, it.Reason)
+	}
+	if it := item(items, "1"); it.Missing {
+		t.Error("port 1, in configfs, is counted missing")
+	}
+	sg := e.Snapshot().Sight
+	if sg.Saved != nil || !sg.BootUntil.Equal(w.clk.now().Add(time.Minute)) {
+		t.Errorf("sight: saved %v, boot window until %v", sg.Saved, sg.BootUntil)
 	}
 	w.k.AddAddr("veth0", "192.0.2.1")
 	w.k.AddDevice("rxe0", 0x80dd69fffe0d1e0b, "veth0")
@@ -68,5 +75,29 @@ func TestBootCompletion(t *testing.T) {
 	w.reconcile(e)
 	if log := w.k.LogStrings(); len(log) != 0 {
 		t.Errorf("fought the admin after the window: %q", log)
+	}
+}
+
+// A saved config with a bad entry: the entry is named in the sight (what
+// status and check show), and the good entries around it are completed.
+func TestBootCompletionBadEntry(t *testing.T) {
+	w := newWorld(t)
+	must(t, w.k.RemovePort("1"))
+	w.k.AddPort("1", "rdma", "ipv4", "192.0.2.1", "4420")
+	dir := t.TempDir()
+	cfg := `{"ports":[{"portid":"x"},{"portid":1,"addr":{"trtype":"rdma","adrfam":"ipv4","traddr":"192.0.2.1","trsvcid":"4420"},"subsystems":["` + nqnA + `"]},{"portid":5,"addr":{"trtype":"rdma","traddr":"192.0.2.1","trsvcid":"4420"},"subsystems":["../x"]}]}`
+	must(t, os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o600))
+	w.cfg.NvmetConfig = filepath.Join(dir, "config.json")
+	w.cfg.BootWindow = time.Minute
+	e := w.engine()
+	w.reconcile(e)
+	if diff := cmp.Diff([]string{nqnA}, w.links("1")); diff != "" {
+		t.Errorf("port 1's declared link (-want +got):\n%s", diff)
+	}
+	sg := e.Snapshot().Sight
+	for _, want := range []string{"config.json: ports[0]: portid \"x\" is not a port number", "config.json: ports[2]: port 5: subsystem \"../x\" contains '/'"} {
+		if sg.Saved == nil || !strings.Contains(sg.Saved.Error(), want) {
+			t.Errorf("sight.Saved = %v; want %q", sg.Saved, want)
+		}
 	}
 }

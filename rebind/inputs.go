@@ -105,18 +105,21 @@ var inputs = []input{
 	{
 		name: "saved configs: what nvmetcli's and targetcli's files declare",
 		read: func(e *Engine, cfg Config, o *Observed) {
-			o.Declared = nil
+			o.Declared, o.SavedErr = nil, nil
 			if e.opt.Declared != nil && (cfg.NvmetConfig != "" || cfg.TargetConfig != "") {
-				d, err := e.opt.Declared(cfg)
-				if err != nil {
-					e.log.Warn("saved config unreadable; boot completion skipped", "err", err)
-				}
-				o.Declared = d
+				o.Declared, o.SavedErr = e.opt.Declared(cfg)
 			}
 		},
-		same:          func(o, b *Observed) bool { return slices.EqualFunc(o.Declared, b.Declared, Declared.equal) },
+		same: func(o, b *Observed) bool {
+			return slices.EqualFunc(o.Declared, b.Declared, Declared.equal) && errText(o.SavedErr) == errText(b.SavedErr)
+		},
 		everyEndpoint: func(o, b *Observed) bool { return !slices.EqualFunc(o.Declared, b.Declared, Declared.equal) },
-		sight:         func(*Observed, *Sight) {},
+		sight: func(o *Observed, s *Sight) {
+			s.Saved = o.SavedErr
+			if s.NvmetWanted || s.LIOWanted {
+				s.BootUntil = o.BootUntil
+			}
+		},
 	},
 	{
 		name: "configfs root: mounted, nvmet and LIO loaded",
@@ -136,4 +139,12 @@ func (e *Engine) readInputs(cfg Config, o *Observed) {
 	for _, in := range inputs {
 		in.read(e, cfg, o)
 	}
+}
+
+// errText is err's text ("" for nil): errors compared by what they say.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

@@ -66,8 +66,8 @@ func assemble(p *Planned, obs *Observed, cfg Config, sel Selection) {
 		k := Key{d.Kind, d.ID}
 		if !seen[k] {
 			seen[k] = true
-			p.Items = append(p.Items, Item{Key: k, Address: d.Addr.Addr(), Service: d.Addr.Port(),
-				Reason: fmt.Sprintf("declared in %s but not in configfs: not created", d.Source)})
+			p.Items = append(p.Items, Item{Key: k, Address: d.Addr.Addr(), Service: d.Addr.Port(), Missing: true,
+				Reason: fmt.Sprintf("declared in %s but not in configfs: not created (the restore stopped before it? run it again, or save the config if it was removed)", d.Source)})
 		}
 	}
 }

@@ -97,6 +97,9 @@ type Observed struct {
 	// BootUntil ends the window in which it is completed.
 	Declared  []Declared
 	BootUntil time.Time
+	// SavedErr names the saved configs, and the entries of them, that
+	// could not be read: they declare nothing (nil: none).
+	SavedErr error
 	// EventAt is the last device or address event: the GID table fills a
 	// moment after such an event, so a missing carrier is looked at again
 	// shortly after it (recheck).

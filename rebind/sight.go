@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 )
@@ -41,6 +42,13 @@ type Sight struct {
 	// complete) or the journal names objects of that kind: its tree
 	// missing is then a fault, not a host that does not use it.
 	NvmetWanted, LIOWanted bool
+	// Saved names the saved configs, and their entries, that could not be
+	// read or were refused: what they declare is neither completed nor
+	// counted missing. BootUntil is when the boot window of the saved
+	// configs closes (zero: none named): an object they declare that
+	// configfs lacks is made, or awaited, within it, and missing after.
+	Saved     error
+	BootUntil time.Time
 }
 
 // ConfigfsSight is what the configfs root shows (ProbeConfigfs).

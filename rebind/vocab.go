@@ -272,6 +272,8 @@ type Item struct {
 	// GaveUp: dead or stranded for more than give_up_after, so no longer
 	// healed until a reload or a manual rebind.
 	GaveUp bool
+	// Missing: a saved config declares the object and configfs lacks it.
+	Missing bool
 }
 
 // Listening is State.Listening.

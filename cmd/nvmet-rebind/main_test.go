@@ -607,7 +607,7 @@ func TestCheckPlugin(t *testing.T) {
 		more  string // somewhere in the output
 	}{
 		{name: "nothing managed, both trees: OK", code: 0,
-			line: "NVMET-REBIND OK - 0 managed listeners | alive=0 dead=0 stranded=0 unknown=0 managed=0 healing=0 gave_up=0 unreadable=0"},
+			line: "NVMET-REBIND OK - 0 managed listeners | alive=0 dead=0 stranded=0 unknown=0 managed=0 healing=0 gave_up=0 unreadable=0 missing=0"},
 		{name: "configfs root missing: UNKNOWN", code: 3,
 			setup: func(t *testing.T, d *daemonEnv) { must(t, os.RemoveAll(filepath.Join(d.dir, "cfs"))) },
 			line:  "NVMET-REBIND UNKNOWN - configfs not visible: configfs root " + "", more: "does not exist"},

@@ -65,7 +65,8 @@ const (
 
 // sightState is what the daemon last said of each condition.
 type sightState struct {
-	configfs, nvmet, lio, netlink, addrs, tcp fact
+	configfs, nvmet, lio, netlink, addrs, tcp, saved fact
+	savedErr                                         string // what was said of the saved configs
 }
 
 // update compares a round's Sight with what was last said and returns the
@@ -147,6 +148,15 @@ func (s *sightState) update(sg rebind.Sight) []sightLine {
 	say(&s.addrs, now,
 		warn("netdev addresses unreadable: nothing is healed", "err", sg.Addrs),
 		info("netdev addresses readable again"))
+	// The saved configs: said again when what is refused changes (an
+	// admin fixing one entry of several).
+	if sg.Saved != nil && sg.Saved.Error() != s.savedErr {
+		out = append(out, warn("saved config refused in part or whole: what it names is neither completed nor counted missing (fix it and reload)", "err", sg.Saved))
+		s.saved, s.savedErr = bad, sg.Saved.Error()
+	} else if sg.Saved == nil && s.saved == bad {
+		out = append(out, info("saved configs read whole again"))
+		s.saved, s.savedErr = good, ""
+	}
 	return out
 }
 

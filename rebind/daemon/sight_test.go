@@ -43,6 +43,8 @@ func TestSightTransitions(t *testing.T) {
 	tcpBlind := with(func(s *rebind.Sight) { s.TCP, s.TCPWanted = errors.New("sock_diag: EPERM"), true })
 	addrs := with(func(s *rebind.Sight) { s.Addrs = errors.New("rtnetlink: EPERM") })
 	fine := with(func(*rebind.Sight) {})
+	saved1 := with(func(s *rebind.Sight) { s.Saved = errors.New("nvmetcli config /etc/nvmet/config.json: ports[0]: portid \"x\"") })
+	saved2 := with(func(s *rebind.Sight) { s.Saved = errors.New("nvmetcli config /etc/nvmet/config.json: ports[3]: port 4: subsystem \"..\"") })
 
 	type line struct {
 		level slog.Level
@@ -110,6 +112,11 @@ func TestSightTransitions(t *testing.T) {
 			name:   "TCP listeners unreadable with TCP ports: warned once, info when back",
 			rounds: []rebind.Sight{tcpBlind, tcpBlind, fine},
 			want:   [][]line{{{W, "TCP listeners unreadable"}}, nil, {{I, "TCP listeners readable again"}}},
+		},
+		{
+			name:   "a saved config refused in part: warned once per change, info when read whole",
+			rounds: []rebind.Sight{saved1, saved1, saved2, saved2, fine, fine},
+			want:   [][]line{{{W, "saved config refused"}}, nil, {{W, "saved config refused"}}, nil, {{I, "saved configs read whole again"}}, nil},
 		},
 		{
 			name:   "addresses unreadable: warned once, info when back",

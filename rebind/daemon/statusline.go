@@ -75,16 +75,19 @@ func statusText(v status.Verdict, refused string) string {
 	return strings.ReplaceAll(s, "\n", " ")
 }
 
+// errText is err's text ("" for nil).
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
 // sameSight reports whether two sights say the same.
 func sameSight(a, b rebind.Sight) bool {
-	errText := func(err error) string {
-		if err == nil {
-			return ""
-		}
-		return err.Error()
-	}
 	return a.Configfs.Probed == b.Configfs.Probed && a.Configfs.Mounted == b.Configfs.Mounted && a.Configfs.Nvmet == b.Configfs.Nvmet &&
 		a.Configfs.LIO == b.Configfs.LIO && errText(a.Configfs.Err) == errText(b.Configfs.Err) &&
 		errText(a.Netlink) == errText(b.Netlink) && errText(a.Addrs) == errText(b.Addrs) &&
-		a.NvmetWanted == b.NvmetWanted && a.LIOWanted == b.LIOWanted && slices.Equal(a.Unreadable, b.Unreadable)
+		a.NvmetWanted == b.NvmetWanted && a.LIOWanted == b.LIOWanted && slices.Equal(a.Unreadable, b.Unreadable) &&
+		errText(a.Saved) == errText(b.Saved)
 }

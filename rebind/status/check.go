@@ -53,6 +53,7 @@ type Counts struct {
 	Healing                        int // down, with a heal running or due now (the daemon's)
 	GaveUp                         int
 	Unreadable                     int // objects that could not be read
+	Missing                        int // declared by a saved config, not in configfs
 }
 
 // Verdict is what `check` prints and exits with.
@@ -76,8 +77,8 @@ func (v *Verdict) Note(s string) { v.Details = append(v.Details, "note: "+oneLin
 // Perf renders the counts as plugin perf data (label=value, space separated).
 func (v Verdict) Perf() string {
 	c := v.Counts
-	return fmt.Sprintf("alive=%d dead=%d stranded=%d unknown=%d managed=%d healing=%d gave_up=%d unreadable=%d",
-		c.Alive, c.Dead, c.Stranded, c.Unknown, c.Managed, c.Healing, c.GaveUp, c.Unreadable)
+	return fmt.Sprintf("alive=%d dead=%d stranded=%d unknown=%d managed=%d healing=%d gave_up=%d unreadable=%d missing=%d",
+		c.Alive, c.Dead, c.Stranded, c.Unknown, c.Managed, c.Healing, c.GaveUp, c.Unreadable, c.Missing)
 }
 
 // StatusLine is the first line: NVMET-REBIND <HEALTH> - <summary> | <perf>.
@@ -178,6 +179,19 @@ func Check(r StatusReport) Verdict {
 		lines = append(lines, problem{h: h, lines: []string{h.String() + ": " + line}})
 	}
 	for _, l := range r.Listeners {
+		if l.Missing {
+			// What a saved config declares and configfs lacks: awaited
+			// (made, once boot completion makes objects) within the boot
+			// window, missing after it.
+			v.Counts.Missing++
+			name, desc := listenerName(l), listenerDesc(l)
+			if r.BootWindowUntil != nil && r.At.Before(*r.BootWindowUntil) {
+				into(Warning, "declared by a saved config, not in configfs (boot window open)", name, desc+": "+oneLine(l.Reason))
+			} else {
+				into(Critical, "declared by a saved config, not in configfs", name, desc+": "+oneLine(l.Reason))
+			}
+			continue
+		}
 		st := parseState(l.State)
 		hl := st.Health(l.Managed, l.Expected)
 		if hl == rebind.HealthNone {
@@ -234,6 +248,14 @@ func Check(r StatusReport) Verdict {
 			notes = append(notes, "note: netdev addresses unreadable: "+oneLine(r.AddressesError))
 		}
 	}
+	if r.SavedConfigsError != "" {
+		errs := strings.Split(r.SavedConfigsError, "\n")
+		var lines []string
+		for _, e := range errs {
+			lines = append(lines, "WARNING: saved config: "+oneLine(e))
+		}
+		add(Warning, fmt.Sprintf("saved config: %d %s refused, not completed: %s", len(errs), plural(len(errs), "entry or file", "entries or files"), oneLine(errs[0])), lines...)
+	}
 	if n := len(r.JournalErrors); n > 0 {
 		what := fmt.Sprintf("%d intent journal %s unreadable or ignored (a heal may be left half done)", n, plural(n, "entry", "entries"))
 		var lines []string
@@ -259,6 +281,10 @@ func Check(r StatusReport) Verdict {
 	}
 	for _, label := range order {
 		if g := groups[label]; g.h == v.Health {
+			if strings.HasPrefix(label, "declared") {
+				summary = append(summary, fmt.Sprintf("%d %s %s: %s", len(g.names), plural(len(g.names), "object", "objects"), g.label, names(g.names)))
+				continue
+			}
 			summary = append(summary, fmt.Sprintf("%d of %d %s %s: %s", len(g.names), v.Counts.Managed,
 				plural(v.Counts.Managed, "listener", "listeners"), g.label, names(g.names)))
 		}

@@ -54,26 +54,26 @@ func TestCheck(t *testing.T) {
 			name: "nothing managed, everything seen: OK, and it says so",
 			r:    report(),
 			want: status.OK,
-			line: "NVMET-REBIND OK - 0 managed listeners | alive=0 dead=0 stranded=0 unknown=0 managed=0 healing=0 gave_up=0 unreadable=0",
+			line: "NVMET-REBIND OK - 0 managed listeners | alive=0 dead=0 stranded=0 unknown=0 managed=0 healing=0 gave_up=0 unreadable=0 missing=0",
 		},
 		{
 			name: "every managed expected listener listens",
 			r:    report(listener("1", nil), listener("2", nil)),
 			want: status.OK,
-			line: "NVMET-REBIND OK - 2 of 2 listeners alive | alive=2 dead=0 stranded=0 unknown=0 managed=2 healing=0 gave_up=0 unreadable=0",
+			line: "NVMET-REBIND OK - 2 of 2 listeners alive | alive=2 dead=0 stranded=0 unknown=0 managed=2 healing=0 gave_up=0 unreadable=0 missing=0",
 		},
 		{
 			name:    "one dead is critical",
 			r:       report(listener("1", nil), listener("2", dead)),
 			want:    status.Critical,
-			line:    "NVMET-REBIND CRITICAL - 1 of 2 listeners dead: nvmet 2 192.0.2.1:4420 | alive=1 dead=1 stranded=0 unknown=0 managed=2 healing=0 gave_up=0 unreadable=0",
+			line:    "NVMET-REBIND CRITICAL - 1 of 2 listeners dead: nvmet 2 192.0.2.1:4420 | alive=1 dead=1 stranded=0 unknown=0 managed=2 healing=0 gave_up=0 unreadable=0 missing=0",
 			details: []string{"CRITICAL: nvmet 2 (192.0.2.1:4420): dead: no listener"},
 		},
 		{
 			name:    "dead with the daemon's heal due: warning",
 			r:       report(listener("1", nil), listener("2", all(dead, healing))),
 			want:    status.Warning,
-			line:    "NVMET-REBIND WARNING - 1 of 2 listeners dead, healing: nvmet 2 192.0.2.1:4420 | alive=1 dead=1 stranded=0 unknown=0 managed=2 healing=1 gave_up=0 unreadable=0",
+			line:    "NVMET-REBIND WARNING - 1 of 2 listeners dead, healing: nvmet 2 192.0.2.1:4420 | alive=1 dead=1 stranded=0 unknown=0 managed=2 healing=1 gave_up=0 unreadable=0 missing=0",
 			details: []string{"WARNING: nvmet 2 (192.0.2.1:4420): dead, healing (rebind): no listener"},
 		},
 		{
@@ -90,14 +90,14 @@ func TestCheck(t *testing.T) {
 			name:    "gave up is critical, even with a heal",
 			r:       report(listener("2", all(dead, gaveUp, healing))),
 			want:    status.Critical,
-			line:    "NVMET-REBIND CRITICAL - 1 of 1 listener dead, given up: nvmet 2 192.0.2.1:4420 | alive=0 dead=1 stranded=0 unknown=0 managed=1 healing=0 gave_up=1 unreadable=0",
+			line:    "NVMET-REBIND CRITICAL - 1 of 1 listener dead, given up: nvmet 2 192.0.2.1:4420 | alive=0 dead=1 stranded=0 unknown=0 managed=1 healing=0 gave_up=1 unreadable=0 missing=0",
 			details: []string{"CRITICAL: nvmet 2 (192.0.2.1:4420): dead, given up: gave up"},
 		},
 		{
 			name:    "stranded within the repair grace: warning",
 			r:       report(listener("7", all(stranded, downFor(2*time.Second)))),
 			want:    status.Warning,
-			line:    "NVMET-REBIND WARNING - 1 of 1 listener stranded, within the kernel's repair grace: nvmet 7 192.0.2.1:4420 | alive=0 dead=0 stranded=1 unknown=0 managed=1 healing=0 gave_up=0 unreadable=0",
+			line:    "NVMET-REBIND WARNING - 1 of 1 listener stranded, within the kernel's repair grace: nvmet 7 192.0.2.1:4420 | alive=0 dead=0 stranded=1 unknown=0 managed=1 healing=0 gave_up=0 unreadable=0 missing=0",
 			details: []string{"WARNING: nvmet 7 (192.0.2.1:4420): stranded, within the kernel's repair grace: LISTEN on mlx5_0, address on mlx5_1"},
 		},
 		{
@@ -128,7 +128,7 @@ func TestCheck(t *testing.T) {
 				return r
 			}(),
 			want: status.Unknown,
-			line: "NVMET-REBIND UNKNOWN - 2 of 2 listeners unknown (RDMA netlink unavailable: rdma netlink: protocol not supported): nvmet 1 192.0.2.1:4420, nvmet 2 192.0.2.1:4420 | alive=0 dead=0 stranded=0 unknown=2 managed=2 healing=0 gave_up=0 unreadable=0",
+			line: "NVMET-REBIND UNKNOWN - 2 of 2 listeners unknown (RDMA netlink unavailable: rdma netlink: protocol not supported): nvmet 1 192.0.2.1:4420, nvmet 2 192.0.2.1:4420 | alive=0 dead=0 stranded=0 unknown=2 managed=2 healing=0 gave_up=0 unreadable=0 missing=0",
 		},
 		{
 			name: "RDMA netlink unavailable with nothing managed: OK, noted",
@@ -138,7 +138,7 @@ func TestCheck(t *testing.T) {
 				return r
 			}(),
 			want:    status.OK,
-			line:    "NVMET-REBIND OK - 0 managed listeners | alive=0 dead=0 stranded=0 unknown=0 managed=0 healing=0 gave_up=0 unreadable=0",
+			line:    "NVMET-REBIND OK - 0 managed listeners | alive=0 dead=0 stranded=0 unknown=0 managed=0 healing=0 gave_up=0 unreadable=0 missing=0",
 			details: []string{"note: RDMA netlink unavailable (no rdma); no managed listener needs it"},
 		},
 		{
@@ -162,13 +162,13 @@ func TestCheck(t *testing.T) {
 				listener("6", nil),
 			),
 			want: status.OK,
-			line: "NVMET-REBIND OK - 1 of 1 listener alive | alive=1 dead=0 stranded=0 unknown=0 managed=1 healing=0 gave_up=0 unreadable=0",
+			line: "NVMET-REBIND OK - 1 of 1 listener alive | alive=1 dead=0 stranded=0 unknown=0 managed=1 healing=0 gave_up=0 unreadable=0 missing=0",
 		},
 		{
 			name: "many dead: three named, the rest counted",
 			r:    report(listener("1", dead), listener("2", dead), listener("3", dead), listener("4", dead), listener("5", dead)),
 			want: status.Critical,
-			line: "NVMET-REBIND CRITICAL - 5 of 5 listeners dead: nvmet 1 192.0.2.1:4420, nvmet 2 192.0.2.1:4420, nvmet 3 192.0.2.1:4420, and 2 more | alive=0 dead=5 stranded=0 unknown=0 managed=5 healing=0 gave_up=0 unreadable=0",
+			line: "NVMET-REBIND CRITICAL - 5 of 5 listeners dead: nvmet 1 192.0.2.1:4420, nvmet 2 192.0.2.1:4420, nvmet 3 192.0.2.1:4420, and 2 more | alive=0 dead=5 stranded=0 unknown=0 managed=5 healing=0 gave_up=0 unreadable=0 missing=0",
 		},
 		{
 			name: "a LIO portal's id says its address",
@@ -177,7 +177,7 @@ func TestCheck(t *testing.T) {
 				l.Kind, l.Address, l.Service = "lio", "198.51.100.7", "3260"
 			})),
 			want:    status.Critical,
-			line:    "NVMET-REBIND CRITICAL - 1 of 1 listener dead: lio iqn.2003-01.org.linux-iscsi.h:t/tpgt_1/198.51.100.7:3260 | alive=0 dead=1 stranded=0 unknown=0 managed=1 healing=0 gave_up=0 unreadable=0",
+			line:    "NVMET-REBIND CRITICAL - 1 of 1 listener dead: lio iqn.2003-01.org.linux-iscsi.h:t/tpgt_1/198.51.100.7:3260 | alive=0 dead=1 stranded=0 unknown=0 managed=1 healing=0 gave_up=0 unreadable=0 missing=0",
 			details: []string{"CRITICAL: lio iqn.2003-01.org.linux-iscsi.h:t/tpgt_1/198.51.100.7:3260 (198.51.100.7:3260): dead: no listener"},
 		},
 		{
@@ -188,7 +188,7 @@ func TestCheck(t *testing.T) {
 				return r
 			}(),
 			want:    status.Unknown,
-			line:    "NVMET-REBIND UNKNOWN - configfs not visible: configfs root /sys/kernel/config does not exist (configfs not mounted, or not built into this kernel) | alive=0 dead=0 stranded=0 unknown=0 managed=0 healing=0 gave_up=0 unreadable=0",
+			line:    "NVMET-REBIND UNKNOWN - configfs not visible: configfs root /sys/kernel/config does not exist (configfs not mounted, or not built into this kernel) | alive=0 dead=0 stranded=0 unknown=0 managed=0 healing=0 gave_up=0 unreadable=0 missing=0",
 			details: []string{"UNKNOWN: configfs: configfs root /sys/kernel/config does not exist (configfs not mounted, or not built into this kernel)"},
 		},
 		{
@@ -199,7 +199,7 @@ func TestCheck(t *testing.T) {
 				return r
 			}(),
 			want: status.Unknown,
-			line: "NVMET-REBIND UNKNOWN - neither nvmet nor LIO iSCSI is loaded (no /sys/kernel/config/nvmet, no /sys/kernel/config/target/iscsi) | alive=0 dead=0 stranded=0 unknown=0 managed=0 healing=0 gave_up=0 unreadable=0",
+			line: "NVMET-REBIND UNKNOWN - neither nvmet nor LIO iSCSI is loaded (no /sys/kernel/config/nvmet, no /sys/kernel/config/target/iscsi) | alive=0 dead=0 stranded=0 unknown=0 managed=0 healing=0 gave_up=0 unreadable=0 missing=0",
 		},
 		{
 			name: "only nvmet loaded, LIO not needed: OK with a note",
@@ -229,7 +229,7 @@ func TestCheck(t *testing.T) {
 				return r
 			}(),
 			want: status.Unknown,
-			line: "NVMET-REBIND UNKNOWN - 2 objects unreadable: nvmet port 3: addr_traddr: input/output error | alive=1 dead=0 stranded=0 unknown=0 managed=1 healing=0 gave_up=0 unreadable=2",
+			line: "NVMET-REBIND UNKNOWN - 2 objects unreadable: nvmet port 3: addr_traddr: input/output error | alive=1 dead=0 stranded=0 unknown=0 managed=1 healing=0 gave_up=0 unreadable=2 missing=0",
 			details: []string{
 				"UNKNOWN: unreadable: nvmet port 3: addr_traddr: input/output error",
 				"UNKNOWN: unreadable: lio target iqn.x: permission denied",
@@ -243,7 +243,7 @@ func TestCheck(t *testing.T) {
 				return r
 			}(),
 			want:    status.Warning,
-			line:    "NVMET-REBIND WARNING - 1 intent journal entry unreadable or ignored (a heal may be left half done) | alive=1 dead=0 stranded=0 unknown=0 managed=1 healing=0 gave_up=0 unreadable=0",
+			line:    "NVMET-REBIND WARNING - 1 intent journal entry unreadable or ignored (a heal may be left half done) | alive=1 dead=0 stranded=0 unknown=0 managed=1 healing=0 gave_up=0 unreadable=0 missing=0",
 			details: []string{"WARNING: journal: journal/x.json: quarantined"},
 		},
 		{
@@ -270,7 +270,7 @@ func TestCheck(t *testing.T) {
 			name: "a name with a newline or a '|' stays on the status line, escaped",
 			r:    report(listener("1\nx|y", dead)),
 			want: status.Critical,
-			line: `NVMET-REBIND CRITICAL - 1 of 1 listener dead: nvmet "1\nx¦y" 192.0.2.1:4420 | alive=0 dead=1 stranded=0 unknown=0 managed=1 healing=0 gave_up=0 unreadable=0`,
+			line: `NVMET-REBIND CRITICAL - 1 of 1 listener dead: nvmet "1\nx¦y" 192.0.2.1:4420 | alive=0 dead=1 stranded=0 unknown=0 managed=1 healing=0 gave_up=0 unreadable=0 missing=0`,
 		},
 	}
 	for _, tt := range tests {
@@ -378,5 +378,62 @@ func TestTableEscapesNames(t *testing.T) {
 	}
 	if diff := cmp.Diff(7, len(rows)); diff != "" { // header, 3 rows, blank, source, ""
 		t.Errorf("rows (-want +got):\n%s\n%s", diff, out)
+	}
+}
+
+// What a saved config declares and configfs lacks is counted and named:
+// WARNING within the boot window (the restore, or boot completion, may
+// still make it), CRITICAL after it; a refused entry of a saved config is
+// a WARNING naming the file and the entry.
+func TestCheckDeclaredMissing(t *testing.T) {
+	missing := func(id string) status.ListenerStatus {
+		return status.ListenerStatus{Kind: "nvmet", ID: id, Address: "192.0.2.1", Service: "4420", State: status.StateNone, Missing: true,
+			Reason: "declared in /etc/nvmet/config.json but not in configfs: not created"}
+	}
+	for _, tt := range []struct {
+		name    string
+		until   time.Duration // the boot window's end after checkAt (0: none)
+		saved   string
+		want    status.Health
+		line    string
+		details []string
+	}{
+		{"within the boot window", time.Minute, "", status.Warning,
+			"NVMET-REBIND WARNING - 2 objects declared by a saved config, not in configfs (boot window open): nvmet 3 192.0.2.1:4420, nvmet 4 192.0.2.1:4420 | alive=1 dead=0 stranded=0 unknown=0 managed=1 healing=0 gave_up=0 unreadable=0 missing=2",
+			[]string{"WARNING: nvmet 3 (192.0.2.1:4420): declared in /etc/nvmet/config.json but not in configfs: not created"}},
+		{"after the boot window", -time.Minute, "", status.Critical,
+			"NVMET-REBIND CRITICAL - 2 objects declared by a saved config, not in configfs: nvmet 3 192.0.2.1:4420, nvmet 4 192.0.2.1:4420 | alive=1 dead=0 stranded=0 unknown=0 managed=1 healing=0 gave_up=0 unreadable=0 missing=2",
+			[]string{"CRITICAL: nvmet 4 (192.0.2.1:4420): declared in /etc/nvmet/config.json but not in configfs: not created"}},
+		{"no window known", 0, "", status.Critical, "", nil},
+		{"a refused entry besides", time.Minute, "nvmetcli config /etc/nvmet/config.json: ports[2]: portid \"x\" is not a port number (0-65535); this port is not completed\ntargetcli config /etc/target/saveconfig.json: unexpected end of JSON input", status.Warning, "",
+			[]string{"WARNING: saved config: nvmetcli config /etc/nvmet/config.json: ports[2]: portid \"x\" is not a port number (0-65535); this port is not completed",
+				"WARNING: saved config: targetcli config /etc/target/saveconfig.json: unexpected end of JSON input"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := report(listener("1", nil), missing("3"), missing("4"))
+			if tt.until != 0 {
+				r.BootWindowUntil = ptr(checkAt.Add(tt.until))
+			}
+			r.SavedConfigsError = tt.saved
+			v := status.Check(r)
+			if v.Health != tt.want || v.Counts.Missing != 2 {
+				t.Fatalf("health %v, missing %d; want %v, 2\n%s", v.Health, v.Counts.Missing, tt.want, v.StatusLine())
+			}
+			if tt.line != "" && v.StatusLine() != tt.line {
+				t.Errorf("status line\n got %s\nwant %s", v.StatusLine(), tt.line)
+			}
+			for _, d := range tt.details {
+				if !strings.Contains(strings.Join(v.Details, "\n"), d) {
+					t.Errorf("details lack %q:\n%s", d, strings.Join(v.Details, "\n"))
+				}
+			}
+		})
+	}
+	// Only a refused entry: WARNING, naming it on the status line.
+	r := report(listener("1", nil))
+	r.SavedConfigsError = "nvmetcli config /etc/nvmet/config.json: ports[2]: portid \"x\" is not a port number (0-65535); this port is not completed"
+	v := status.Check(r)
+	if v.Health != status.Warning || !strings.Contains(v.Summary, "saved config: 1 entry or file refused, not completed: nvmetcli config /etc/nvmet/config.json: ports[2]") {
+		t.Errorf("a refused entry: %v %s", v.Health, v.StatusLine())
 	}
 }

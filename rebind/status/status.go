@@ -87,6 +87,8 @@ type ListenerStatus struct {
 	// GaveUp: down for more than give_up_after; not healed until a reload
 	// or a manual rebind.
 	GaveUp bool `json:"gave_up,omitempty"`
+	// Missing: a saved config declares the object and configfs lacks it.
+	Missing bool `json:"missing,omitempty"`
 }
 
 // ConfigfsStatus is what the configfs root showed (rebind.ConfigfsSight).
@@ -117,10 +119,16 @@ type StatusReport struct {
 	Configfs *ConfigfsStatus `json:"configfs,omitempty"`
 	// Unreadable are the objects the engine might manage that could not
 	// be read whole: never judged, never healed.
-	Unreadable    []string  `json:"unreadable,omitempty"`
-	JournalErrors []string  `json:"journal_errors,omitempty"`
-	Source        string    `json:"source"` // "daemon" or "direct"
-	At            time.Time `json:"at"`
+	Unreadable    []string `json:"unreadable,omitempty"`
+	JournalErrors []string `json:"journal_errors,omitempty"`
+	// SavedConfigsError names the saved configs, and their entries, that
+	// could not be read or were refused.
+	SavedConfigsError string `json:"saved_configs_error,omitempty"`
+	// BootWindowUntil is when the saved configs' boot window closes
+	// (absent: no saved config named).
+	BootWindowUntil *time.Time `json:"boot_window_until,omitempty"`
+	Source          string     `json:"source"` // "daemon" or "direct"
+	At              time.Time  `json:"at"`
 }
 
 // Report renders a snapshot; what it could and could not see is the
@@ -145,6 +153,12 @@ func Report(s rebind.Snapshot, source string) StatusReport {
 		}
 	}
 	r.Unreadable = slices.Clone(sg.Unreadable)
+	if sg.Saved != nil {
+		r.SavedConfigsError = sg.Saved.Error()
+	}
+	if !sg.BootUntil.IsZero() {
+		r.BootWindowUntil = ptr(sg.BootUntil)
+	}
 	for _, e := range s.JournalErrs {
 		r.JournalErrors = append(r.JournalErrors, e.Error())
 	}
@@ -152,7 +166,7 @@ func Report(s rebind.Snapshot, source string) StatusReport {
 		ls := ListenerStatus{
 			Kind: it.Kind.String(), ID: it.ID, Service: it.ServiceString(), Managed: it.Managed,
 			Reason: it.Reason, Listening: it.Listening(), Device: it.Device, Netdev: it.Netdev, Expected: it.Expected,
-			Sharers: it.Sharers, State: stateName(it), RDMADevice: it.Carrier, RDMAPort: it.CarrierPort, GaveUp: it.GaveUp,
+			Sharers: it.Sharers, State: stateName(it), RDMADevice: it.Carrier, RDMAPort: it.CarrierPort, GaveUp: it.GaveUp, Missing: it.Missing,
 		}
 		if it.Action != rebind.ActNone && it.Action != rebind.ActDropJournal {
 			ls.Heal = it.Action.String()
