@@ -101,3 +101,36 @@ func TestBootCompletionBadEntry(t *testing.T) {
 		}
 	}
 }
+
+// A saved config edited while the engine runs is read again at a reload
+// (SetConfig), not at the next round behind the admin's back.
+func TestSavedConfigReadAtReload(t *testing.T) {
+	w := newWorld(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.json")
+	port := func(id string) string {
+		return `{"ports":[{"portid":` + id + `,"addr":{"trtype":"rdma","adrfam":"ipv4","traddr":"192.0.2.1","trsvcid":"4420"},"subsystems":["` + nqnA + `"]}]}`
+	}
+	must(t, os.WriteFile(path, []byte(port("7")), 0o600))
+	w.cfg.NvmetConfig = path
+	w.cfg.BootWindow = time.Minute
+	e := w.engine()
+	if it := item(w.reconcile(e), "7"); !it.Missing {
+		t.Fatalf("port 7, declared and absent, is not missing: %+v", it)
+	}
+	must(t, os.WriteFile(path, []byte(port("8")), 0o600))
+	items := w.reconcile(e)
+	if it := item(items, "7"); !it.Missing {
+		t.Errorf("the edit was taken without a reload: port 7 is no longer declared")
+	}
+	e.SetConfig(w.cfg)
+	items = w.reconcile(e)
+	if it := item(items, "8"); !it.Missing {
+		t.Errorf("after the reload port 8 is not declared: %+v", it)
+	}
+	for _, it := range items {
+		if it.ID == "7" {
+			t.Errorf("after the reload port 7 is still declared: %+v", it)
+		}
+	}
+}

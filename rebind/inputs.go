@@ -104,11 +104,15 @@ var inputs = []input{
 	},
 	{
 		name: "saved configs: what nvmetcli's and targetcli's files declare",
+		// Read by the loop at its first round and at each reload (the
+		// admin's edit is taken when the admin says so); an observation
+		// before any round (a command without a daemon) reads them itself.
 		read: func(e *Engine, cfg Config, o *Observed) {
-			o.Declared, o.SavedErr = nil, nil
-			if e.opt.Declared != nil && (cfg.NvmetConfig != "" || cfg.TargetConfig != "") {
-				o.Declared, o.SavedErr = e.opt.Declared(cfg)
+			s := e.saved.Load()
+			if s == nil {
+				s = e.readSaved(cfg)
 			}
+			o.Declared, o.SavedErr = s.declared, s.err
 		},
 		same: func(o, b *Observed) bool {
 			return slices.EqualFunc(o.Declared, b.Declared, Declared.equal) && errText(o.SavedErr) == errText(b.SavedErr)

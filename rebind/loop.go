@@ -72,6 +72,16 @@ type Engine struct {
 	stats   Stats
 
 	snap atomic.Pointer[Snapshot] // published once per round
+	// saved is what the saved configs declared when the loop last read
+	// them: at its first round and at each config swap (a reload), never
+	// behind the admin's back. Written by rounds, read by every observe.
+	saved atomic.Pointer[savedConfigs]
+}
+
+// savedConfigs is one reading of the saved configs.
+type savedConfigs struct {
+	declared []Declared
+	err      error
 }
 
 // request is a manual rebind handed to the loop.
@@ -119,6 +129,15 @@ func (e *Engine) Poke() {
 	}
 }
 
+// readSaved reads the saved configs that cfg names.
+func (e *Engine) readSaved(cfg Config) *savedConfigs {
+	if e.opt.Declared == nil || cfg.NvmetConfig == "" && cfg.TargetConfig == "" {
+		return &savedConfigs{}
+	}
+	d, err := e.opt.Declared(cfg)
+	return &savedConfigs{declared: d, err: err}
+}
+
 // SetConfig asks the next round to use cfg (reload). An explicit reload is
 // an admin's request to try again: give-up windows and backoffs restart.
 func (e *Engine) SetConfig(cfg Config) { e.wantCfg.Store(&cfg) }
@@ -143,6 +162,10 @@ func (e *Engine) takeRequests() {
 		e.cfgIn, e.cfg = c, *c
 		e.mem = e.mem.restarted()
 		e.base = nil
+		e.saved.Store(nil)
+	}
+	if e.saved.Load() == nil {
+		e.saved.Store(e.readSaved(e.cfg))
 	}
 	e.inbox.Lock()
 	retry := e.inbox.retry
