@@ -43,8 +43,12 @@ func TestSightTransitions(t *testing.T) {
 	tcpBlind := with(func(s *rebind.Sight) { s.TCP, s.TCPWanted = errors.New("sock_diag: EPERM"), true })
 	addrs := with(func(s *rebind.Sight) { s.Addrs = errors.New("rtnetlink: EPERM") })
 	fine := with(func(*rebind.Sight) {})
-	saved1 := with(func(s *rebind.Sight) { s.Saved = errors.New("nvmetcli config /etc/nvmet/config.json: ports[0]: portid \"x\"") })
-	saved2 := with(func(s *rebind.Sight) { s.Saved = errors.New("nvmetcli config /etc/nvmet/config.json: ports[3]: port 4: subsystem \"..\"") })
+	saved1 := with(func(s *rebind.Sight) {
+		s.Saved = errors.New("nvmetcli config /etc/nvmet/config.json: ports[0]: portid \"x\"")
+	})
+	saved2 := with(func(s *rebind.Sight) {
+		s.Saved = errors.New("nvmetcli config /etc/nvmet/config.json: ports[3]: port 4: subsystem \"..\"")
+	})
 
 	type line struct {
 		level slog.Level
