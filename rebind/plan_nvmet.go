@@ -82,10 +82,12 @@ func planPorts(g *group, st State, obs *Observed) (bool, Heal) {
 			if len(present) > 0 {
 				in := Intent{Kind: KindNvmet, ID: port.ID, Address: g.ep.Addr.String(), Links: all}
 				journalPuts = append(journalPuts, journalPort(in, slices.Clone(present)))
+				unlinks = slices.Grow(unlinks, len(present)) // a port may hold thousands
 				for _, l := range present {
 					unlinks = append(unlinks, unlink(k, l))
 				}
 			}
+			links = slices.Grow(links, len(all))
 			for _, l := range all {
 				links = append(links, link(k, l))
 			}
