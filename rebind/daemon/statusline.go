@@ -69,6 +69,9 @@ func (w *statusLine) update() {
 // and a refused reload (the config on disk is not the one in use).
 func statusText(v status.Verdict, refused string) string {
 	s := v.Health.String() + ": " + v.Summary
+	if v.SavedComplete {
+		s += "; completed the saved config"
+	}
 	if refused != "" {
 		s += "; reload refused, the old config kept: " + refused
 	}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -59,5 +60,40 @@ func TestStatusLine(t *testing.T) {
 	round()
 	if last := sent[len(sent)-1]; !strings.HasPrefix(last, "STATUS=CRITICAL: ") && !strings.HasPrefix(last, "STATUS=WARNING: ") || !strings.Contains(last, "dead") {
 		t.Fatalf("after the device went: %q", sent)
+	}
+}
+
+// With saved configs named, the line says "completed the saved config"
+// once everything they declare is in configfs and listening, and not while
+// something they declare is missing.
+func TestStatusLineSavedComplete(t *testing.T) {
+	k := rdmatest.NewTargetPair(t, nqn, iqn)
+	st, err := state.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rebind.DefaultConfig()
+	cfg.NvmetConfig = "/etc/nvmet/config.json"
+	declared := []rebind.Declared{{Source: cfg.NvmetConfig, Kind: rebind.KindNvmet, ID: "1", Addr: netip.MustParseAddrPort("192.0.2.1:4420"), NQNs: []string{nqn}}}
+	eng := rebind.New(rebind.Options{Tree: k.FS(), Kernel: k, Store: st, Config: cfg,
+		Declared: func(rebind.Config) ([]rebind.Declared, error) { return declared, nil }})
+	var sent []string
+	w := &statusLine{eng: eng, notify: func(s string) { sent = append(sent, s) }, refused: &atomic.Pointer[string]{}}
+	if _, err := eng.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w.update()
+	if len(sent) != 1 || sent[0] != "STATUS=OK: 2 of 2 listeners alive; completed the saved config" {
+		t.Fatalf("sent %q", sent)
+	}
+	// A port the file declares that configfs lacks: not completed.
+	declared = append(declared, rebind.Declared{Source: cfg.NvmetConfig, Kind: rebind.KindNvmet, ID: "2", Addr: netip.MustParseAddrPort("192.0.2.1:4421"), NQNs: []string{nqn}})
+	eng.SetConfig(cfg) // a reload reads the saved configs again
+	if _, err := eng.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w.update()
+	if last := sent[len(sent)-1]; strings.Contains(last, "completed") || !strings.HasPrefix(last, "STATUS=WARNING: ") {
+		t.Fatalf("with port 2 missing: %q", sent)
 	}
 }

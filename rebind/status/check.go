@@ -62,7 +62,10 @@ type Verdict struct {
 	Summary string   // the status line, after "NVMET-REBIND <HEALTH> - "
 	Details []string // the long output, one line each, worst first
 	Counts  Counts
-	perf    bool // Counts are known (not a command error)
+	// SavedComplete: saved configs are named, read whole, and everything
+	// they declare is in configfs and listening (the verdict is OK).
+	SavedComplete bool
+	perf          bool // Counts are known (not a command error)
 }
 
 // Failed is the verdict of a check that could not get a report (the
@@ -307,6 +310,7 @@ func Check(r StatusReport) Verdict {
 	}
 	v.Details = append(v.Details, notes...)
 	v.Details = append(v.Details, "source: "+oneLine(r.Source))
+	v.SavedComplete = v.Health == OK && r.BootWindowUntil != nil && r.SavedConfigsError == "" && v.Counts.Missing == 0
 	return v
 }
 

@@ -429,6 +429,20 @@ func TestCheckDeclaredMissing(t *testing.T) {
 			}
 		})
 	}
+	// Nothing missing, the file read whole, all alive: the saved config is
+	// complete (the unit's Status: line says so); not with a missing object.
+	r0 := report(listener("1", nil))
+	r0.BootWindowUntil = ptr(checkAt.Add(time.Minute))
+	if v := status.Check(r0); !v.SavedComplete {
+		t.Errorf("nothing missing, all alive: SavedComplete false (%s)", v.StatusLine())
+	}
+	r0.Listeners = append(r0.Listeners, missing("3"))
+	if v := status.Check(r0); v.SavedComplete {
+		t.Error("port 3 missing: SavedComplete true")
+	}
+	if v := status.Check(report(listener("1", nil))); v.SavedComplete {
+		t.Error("no saved config named: SavedComplete true")
+	}
 	// Only a refused entry: WARNING, naming it on the status line.
 	r := report(listener("1", nil))
 	r.SavedConfigsError = "nvmetcli config /etc/nvmet/config.json: ports[2]: portid \"x\" is not a port number (0-65535); this port is not completed"
