@@ -271,7 +271,10 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 				t = time.Now()
 				return true
 			})
-			if err == nil {
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				continue // the port is gone (the admin's): its links are not made either
+			case err == nil:
 				err = stop
 			}
 			if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -826,5 +828,37 @@ func TestHealDueDuringTheRoundIsRetriedNow(t *testing.T) {
 	w.reconcile(e)
 	if !w.k.Listening("ib_isert", portal) {
 		t.Error("the portal is not healed by the round its retry asked for")
+	}
+}
+
+// The admin removes the port between its journal entry and its first
+// unlink: the heal stops there without an error (the port is gone: its
+// links are not made either) and leaves no journal entry behind.
+func TestPortRemovedBeforeItsUnlinks(t *testing.T) {
+	w := newWorld(t)
+	e := w.engine()
+	w.reconcile(e)
+	w.k.RemoveDevice("rxe0")
+	w.k.AddDevice("rxe0", 0x80dd69fffe0d1e0b, "veth0")
+	removed := false
+	w.fault = func(pt string) bool {
+		if pt == "after-journal" && !removed {
+			removed = true
+			must(t, w.k.RemovePort("1"))
+		}
+		return false
+	}
+	e = w.engine()
+	if _, err := e.Reconcile(context.Background()); err != nil {
+		t.Fatalf("the heal of a port removed under it failed: %v", err)
+	}
+	if !removed {
+		t.Fatal("the fault point after the journal was never reached")
+	}
+	if _, err := os.Stat(filepath.Join(w.k.Root, "nvmet/ports/1")); !os.IsNotExist(err) {
+		t.Errorf("port 1 is back: %v", err)
+	}
+	if files := journalFiles(t, filepath.Join(w.state, "journal")); len(files) != 0 {
+		t.Errorf("journal left: %q", files)
 	}
 }

@@ -438,6 +438,11 @@ func (k *Fake) symlink(link, target string) error {
 	if _, err := os.Lstat(target); err != nil {
 		return &os.LinkError{Op: "symlink", Old: target, New: link, Err: syscall.ENOENT}
 	}
+	if _, err := os.Lstat(filepath.Dir(link)); err != nil {
+		// The port is gone: the kernel's path lookup fails before nvmet
+		// sees the link.
+		return &os.LinkError{Op: "symlink", Old: target, New: link, Err: syscall.ENOENT}
+	}
 	if _, err := os.Lstat(link); err == nil {
 		return &os.LinkError{Op: "symlink", Old: target, New: link, Err: syscall.EEXIST}
 	}
