@@ -81,6 +81,8 @@ install: build
 	install -d -m 0755 $(DESTDIR)$(PREFIX)/lib/systemd/system
 	sed 's|/usr/local/sbin/|$(PREFIX)/sbin/|g' etc/systemd/nvmet-rebind.service > $(DESTDIR)$(PREFIX)/lib/systemd/system/nvmet-rebind.service
 	chmod 0644 $(DESTDIR)$(PREFIX)/lib/systemd/system/nvmet-rebind.service
+	sed 's|/usr/local/sbin/|$(PREFIX)/sbin/|g' etc/systemd/nvmet-rebind-trigger@.service > '$(DESTDIR)$(PREFIX)/lib/systemd/system/nvmet-rebind-trigger@.service'
+	chmod 0644 '$(DESTDIR)$(PREFIX)/lib/systemd/system/nvmet-rebind-trigger@.service'
 	v='$(SYSTEMD_VERSION)'; \
 	if [ -z "$$v" ] && [ -z '$(DESTDIR)' ]; then \
 		v=$$(systemctl --version 2>/dev/null | awk 'NR == 1 && $$2 ~ /^[0-9]+$$/ { print $$2 }'); \
@@ -122,6 +124,7 @@ packages:
 	echo "packages: nvmet-rebind $$version (rpm: $${rpmversion% *}-$${rpmversion#* }) $(PKG_ARCH) in $(DIST)/"; \
 	CGO_ENABLED=0 GOOS=linux GOARCH=$(PKG_ARCH) $(GO) build -trimpath -buildmode=pie -ldflags '$(LDFLAGS) -s -w -bindnow' -o "$$build/nvmet-rebind" ./cmd/nvmet-rebind; \
 	sed 's|/usr/local/sbin/|/usr/sbin/|g' etc/systemd/nvmet-rebind.service > "$$build/nvmet-rebind.service"; \
+	sed 's|/usr/local/sbin/|/usr/sbin/|g' etc/systemd/nvmet-rebind-trigger@.service > "$$build/nvmet-rebind-trigger@.service"; \
 	sed 's|/usr/local/sbin/|/usr/sbin/|g' etc/systemd/nvmet-rebind.service.d/systemd-252.conf > "$$build/systemd-252.conf"; \
 	sed 's|/usr/local/sbin/|/usr/sbin/|g' etc/udev/rules.d/90-nvmet-rebind.rules > "$$build/90-nvmet-rebind.rules"; \
 	gzip -9n < etc/man/nvmet-rebind.8 > "$$build/nvmet-rebind.8.gz"; \

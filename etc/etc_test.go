@@ -27,12 +27,13 @@ import (
 )
 
 const (
-	unitPath   = "systemd/nvmet-rebind.service"
-	dropInPath = "systemd/nvmet-rebind.service.d/systemd-252.conf"
-	rulePath   = "udev/rules.d/90-nvmet-rebind.rules"
-	manPath    = "man/nvmet-rebind.8"
-	bashPath   = "completion/nvmet-rebind.bash"
-	zshPath    = "completion/_nvmet-rebind"
+	unitPath        = "systemd/nvmet-rebind.service"
+	triggerUnitPath = "systemd/nvmet-rebind-trigger@.service"
+	dropInPath      = "systemd/nvmet-rebind.service.d/systemd-252.conf"
+	rulePath        = "udev/rules.d/90-nvmet-rebind.rules"
+	manPath         = "man/nvmet-rebind.8"
+	bashPath        = "completion/nvmet-rebind.bash"
+	zshPath         = "completion/_nvmet-rebind"
 
 	// binary is where `make install` (PREFIX=/usr/local) puts the program.
 	binary = "/usr/local/sbin/nvmet-rebind"
@@ -955,6 +956,7 @@ func TestMakeInstall(t *testing.T) {
 	base := []string{
 		"etc/nvmet-rebind/config.toml",
 		"etc/udev/rules.d/90-nvmet-rebind.rules",
+		"usr/lib/systemd/system/nvmet-rebind-trigger@.service",
 		"usr/lib/systemd/system/nvmet-rebind.service",
 		"usr/sbin/nvmet-rebind",
 		"usr/share/bash-completion/completions/nvmet-rebind",
@@ -1045,4 +1047,70 @@ func TestMakeInstall(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The trigger unit (the udev hook's reconcile on a systemd host) runs under
+// the daemon's sandbox: every [Service] directive of nvmet-rebind.service
+// but the daemon's own (its type, start, watchdog, restarts, runtime
+// directory) has the same values there, and it has nothing else; systemd
+// verifies it and scores its exposure as the daemon's.
+func TestTriggerUnit(t *testing.T) {
+	t.Parallel()
+	d, u := readUnit(t, unitPath), readUnit(t, triggerUnitPath)
+	daemonOnly := map[string]bool{"Type": true, "NotifyAccess": true, "ExecStart": true, "WatchdogSec": true, "Restart": true,
+		"RestartSec": true, "RestartPreventExitStatus": true, "RuntimeDirectory": true, "RuntimeDirectoryMode": true}
+	for k, v := range d["Service"] {
+		if daemonOnly[k] {
+			continue
+		}
+		if !slices.Equal(u["Service"][k], v) {
+			t.Errorf("%s: %s=%q, the daemon's unit has %q", triggerUnitPath, k, u["Service"][k], v)
+		}
+	}
+	for k := range u["Service"] {
+		if _, ok := d["Service"][k]; !ok || daemonOnly[k] && k != "Type" && k != "ExecStart" {
+			t.Errorf("%s: %s is not the daemon's sandbox", triggerUnitPath, k)
+		}
+	}
+	if u.last("Service", "Type") != "oneshot" || u.last("Service", "ExecStart") != "/usr/local/sbin/nvmet-rebind trigger" {
+		t.Errorf("%s: Type=%s ExecStart=%s", triggerUnitPath, u.last("Service", "Type"), u.last("Service", "ExecStart"))
+	}
+	if _, err := exec.LookPath("systemd-analyze"); err != nil {
+		t.Skip("systemd-analyze not installed")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(triggerUnitPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	unit := filepath.Join(dir, "nvmet-rebind-trigger@.service")
+	if err := os.WriteFile(unit, bytes.ReplaceAll(b, []byte("/usr/local/sbin/nvmet-rebind"), []byte(exe)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("systemd-analyze", "verify", "--man=no", unit).CombinedOutput()
+	if err != nil || strings.Contains(string(out), dir) {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+	if v := systemdVersion(t); v < 250 {
+		return
+	}
+	inst := filepath.Join(dir, "nvmet-rebind-trigger@4242.service")
+	if err := os.Rename(unit, inst); err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.Command("systemd-analyze", "security", "--offline=yes", "--no-pager", inst).CombinedOutput()
+	if err != nil {
+		t.Fatalf("systemd-analyze security: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`Overall exposure level for \S+: (\d+\.\d+)`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("no exposure level in:\n%s", out)
+	}
+	if score, _ := strconv.ParseFloat(string(m[1]), 64); score > 2.0 {
+		t.Errorf("trigger unit exposure %.1f > 2.0\n%s", score, out)
+	}
 }

@@ -31,6 +31,7 @@ var (
 	pkgFiles = map[string]string{
 		"/usr/sbin/nvmet-rebind":                                    "-rwxr-xr-x",
 		"/usr/lib/systemd/system/nvmet-rebind.service":              "-rw-r--r--",
+		"/usr/lib/systemd/system/nvmet-rebind-trigger@.service":     "-rw-r--r--",
 		"/usr/lib/udev/rules.d/90-nvmet-rebind.rules":               "-rw-r--r--",
 		"/etc/nvmet-rebind/config.toml":                             "-rw-------",
 		"/usr/share/nvmet-rebind/systemd-252.conf":                  "-rw-r--r--",
@@ -239,6 +240,7 @@ func checkDeb(t *testing.T, dpkgDeb, deb, version, arch, root string) {
 	}
 	for pkg, repo := range map[string]string{
 		"usr/lib/systemd/system/nvmet-rebind.service":              unitPath,
+		"usr/lib/systemd/system/nvmet-rebind-trigger@.service":     triggerUnitPath,
 		"usr/share/nvmet-rebind/systemd-252.conf":                  dropInPath,
 		"usr/lib/udev/rules.d/90-nvmet-rebind.rules":               rulePath,
 		"etc/nvmet-rebind/config.toml":                             "nvmet-rebind/config.toml",

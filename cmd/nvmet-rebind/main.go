@@ -12,7 +12,9 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -345,6 +347,19 @@ func cmdTrigger(c *cli.Context) error {
 	if !errors.Is(err, control.ErrNoDaemon) {
 		return exit(1, fmt.Errorf("trigger: did nothing: the daemon on %s did not take the poke: %w", sock, err))
 	}
+	// No daemon. Run by udev on a systemd host: the reconcile is systemd's
+	// to run, in nvmet-rebind-trigger@.service under the daemon's sandbox,
+	// not here in udevd's (its IPAddressDeny= would hold every NVMe/TCP or
+	// siw listener this reconcile makes, and udev(7) keeps long work out of
+	// RUN). One instance per event (SEQNUM), so that a burst reconciles
+	// after its last event.
+	if seq := os.Getenv("SEQNUM"); seq != "" && systemdBooted() {
+		err := startTriggerUnit(c.Context, seq)
+		if err == nil {
+			return nil
+		}
+		fmt.Fprintf(c.App.ErrWriter, "trigger: %v; reconciling here instead\n", err)
+	}
 	log, err := newLogger(c)
 	if err != nil {
 		return err
@@ -353,8 +368,15 @@ func cmdTrigger(c *cli.Context) error {
 	// comes next, then its first reconcile), or another trigger or rebind
 	// reconciling (udev runs one trigger per event, often several at
 	// once): wait a little for either.
+	// Under udev the wait is short (udev kills slow RUN programs);
+	// elsewhere (the trigger unit, a shell) the held lock of a burst's
+	// reconcile is waited for, so that this event is reconciled after it.
+	wait := triggerLockWait
+	if os.Getenv("SEQNUM") == "" {
+		wait = triggerUnitLockWait
+	}
 	var unlock func()
-	for deadline := time.Now().Add(triggerLockWait); ; {
+	for deadline := time.Now().Add(wait); ; {
 		var lerr error
 		if unlock, lerr = daemon.Lock(state); lerr == nil {
 			break
@@ -365,7 +387,7 @@ func cmdTrigger(c *cli.Context) error {
 		case !errors.Is(lerr, syscall.EWOULDBLOCK):
 			return exit(2, fmt.Errorf("trigger: did nothing: %w", lerr))
 		case time.Now().After(deadline):
-			return exit(1, fmt.Errorf("trigger: did nothing: no daemon answers on %s and the lock of %s is held by another nvmet-rebind (a daemon starting or stuck, or a trigger or rebind reconciling) for over %v", sock, state, triggerLockWait))
+			return exit(1, fmt.Errorf("trigger: did nothing: no daemon answers on %s and the lock of %s is held by another nvmet-rebind (a daemon starting or stuck, or a trigger or rebind reconciling) for over %v", sock, state, wait))
 		}
 		time.Sleep(100 * time.Millisecond)
 		if poke() == nil {
@@ -386,8 +408,40 @@ func cmdTrigger(c *cli.Context) error {
 	return nil
 }
 
-// triggerLockWait bounds how long trigger waits for a held lock.
-const triggerLockWait = 2 * time.Second
+// triggerLockWait bounds how long trigger waits for a held lock under
+// udev; triggerUnitLockWait elsewhere.
+const (
+	triggerLockWait     = 2 * time.Second
+	triggerUnitLockWait = 30 * time.Second
+)
+
+// triggerUnit is the template the udev hook starts on a systemd host.
+const triggerUnit = "nvmet-rebind-trigger@"
+
+// systemdBooted reports whether systemd is PID 1 (sd_booted(3)).
+func systemdBooted() bool {
+	st, err := os.Lstat("/run/systemd/system")
+	return err == nil && st.IsDir()
+}
+
+// startTriggerUnit asks systemd to start the trigger unit's instance for
+// udev event seq, without waiting for it (udev kills slow RUN programs).
+func startTriggerUnit(ctx context.Context, seq string) error {
+	if _, err := strconv.ParseUint(seq, 10, 64); err != nil {
+		return fmt.Errorf("SEQNUM %q is not udev's event number", seq)
+	}
+	systemctl, err := exec.LookPath("systemctl")
+	if err != nil {
+		systemctl = "/usr/bin/systemctl" // udev's RUN may have no PATH
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	unit := triggerUnit + seq + ".service"
+	if out, err := exec.CommandContext(ctx, systemctl, "--no-block", "start", unit).CombinedOutput(); err != nil {
+		return fmt.Errorf("systemctl --no-block start %s: %w: %s", unit, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
 
 func cmdRebind(c *cli.Context) error {
 	k, err := status.KeyOf(c.Args().First())

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -83,9 +84,12 @@ func (d *daemonEnv) start() {
 	}
 }
 
-func (d *daemonEnv) run(args ...string) (string, int) {
+func (d *daemonEnv) run(args ...string) (string, int) { return d.runEnv(nil, args...) }
+
+// runEnv is run with env added to the environment.
+func (d *daemonEnv) runEnv(env []string, args ...string) (string, int) {
 	var out bytes.Buffer
-	c := d.cmd(nil, args...)
+	c := d.cmd(env, args...)
 	c.Stdout, c.Stderr = &out, &out
 	err := c.Run()
 	var ee *exec.ExitError
@@ -496,16 +500,29 @@ func TestTriggerExitCodes(t *testing.T) {
 	if out, code := d.run("run"); code != 2 || !strings.Contains(out, "lock") {
 		t.Errorf("run with the lock held: exit %d: %s", code, out)
 	}
+	// As udev runs it (SEQNUM set): the lock is waited for 2 s at most
+	// (udev kills slow RUN programs).
+	asUdev := []string{"SEQNUM=4242"}
 	start := time.Now()
-	out, code := d.run("trigger")
+	out, code := d.runEnv(asUdev, "trigger")
 	if code != 1 || !strings.Contains(out, "trigger: did nothing: no daemon answers on") || !strings.Contains(out, "is held by another nvmet-rebind") {
 		t.Errorf("trigger with the lock held: exit %d: %s", code, out)
 	}
 	if el := time.Since(start); el < triggerLockWait || el > triggerLockWait+5*time.Second {
 		t.Errorf("trigger with the lock held took %v, want about %v", el, triggerLockWait)
 	}
+	// Elsewhere (the trigger unit, a shell) the held lock is waited for.
+	time.AfterFunc(3*time.Second, unlock)
+	start = time.Now()
+	if out, code := d.run("trigger"); code != 0 || time.Since(start) < 3*time.Second {
+		t.Errorf("trigger outside udev, the lock freed after 3 s: exit %d after %v: %s", code, time.Since(start), out)
+	}
+	unlock, err = daemon.Lock(filepath.Join(d.dir, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	time.AfterFunc(300*time.Millisecond, unlock)
-	if out, code := d.run("trigger"); code != 0 {
+	if out, code := d.runEnv(asUdev, "trigger"); code != 0 {
 		t.Errorf("trigger with the lock freed during its wait: exit %d: %s", code, out)
 	}
 
@@ -675,5 +692,35 @@ func TestCheckUsageError(t *testing.T) {
 	}
 	if !strings.HasPrefix(out.String(), "NVMET-REBIND UNKNOWN - check: unknown flag --bogus") {
 		t.Errorf("stdout %q", out.String())
+	}
+}
+
+// The udev hook's request to systemd: `systemctl --no-block start` of the
+// event's instance of the trigger unit, found on PATH; a systemctl that
+// fails, or a SEQNUM that is not a number, is an error (the hook then
+// reconciles itself).
+func TestStartTriggerUnit(t *testing.T) {
+	dir := t.TempDir()
+	logf := filepath.Join(dir, "args")
+	script := "#!/bin/sh\necho \"$@\" >" + logf + "\n[ \"$4\" != fail ] || { echo 'Unit nvmet-rebind-trigger@x.service not found.' >&2; exit 5; }\n"
+	if err := os.WriteFile(filepath.Join(dir, "systemctl"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir)
+	if err := startTriggerUnit(context.Background(), "4242"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(logf); string(b) != "--no-block start nvmet-rebind-trigger@4242.service\n" {
+		t.Errorf("systemctl ran with %q", b)
+	}
+	if err := startTriggerUnit(context.Background(), "12;reboot"); err == nil || !strings.Contains(err.Error(), "is not udev's event number") {
+		t.Errorf("a SEQNUM that is not a number: %v", err)
+	}
+	script = "#!/bin/sh\necho 'Failed to start nvmet-rebind-trigger@7.service: Unit not found.' >&2\nexit 5\n"
+	if err := os.WriteFile(filepath.Join(dir, "systemctl"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := startTriggerUnit(context.Background(), "7"); err == nil || !strings.Contains(err.Error(), "Unit not found") {
+		t.Errorf("a failing systemctl: %v", err)
 	}
 }
