@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -350,9 +351,7 @@ func prepareImage(t *testing.T, series string) *vmImage {
 		t.Logf("%s: modules not in this kernel (built in or gone; not loaded): %s", k.Release, strings.Join(absent, " "))
 		ov.Data["/e2e/modules-absent"] = []byte(strings.Join(absent, " ") + "\n")
 	}
-	cache, _ := vm.CacheDir()
-	dir := filepath.Join(cache, "run")
-	os.MkdirAll(dir, 0o755)
+	dir := runDir(t)
 	overlay := filepath.Join(dir, "overlay-"+k.Release+".cpio.gz")
 	if err := ov.Write(overlay); err != nil {
 		t.Fatalf("overlay: %v", err)
@@ -470,3 +469,51 @@ func tail(b []byte, n int) string {
 }
 
 func getenv(k string) string { return os.Getenv(k) }
+
+// The run directory: what one `go test` builds for its boots (initrds,
+// overlays, disk images, packages), under the cache but its own, so that
+// two runs at once (a developer's and a benchmark's) never rebuild each
+// other's files; TestMain removes it at the end.
+var (
+	runDirOnce sync.Once
+	runDirPath string
+	runDirErr  error
+)
+
+func theRunDir() (string, error) {
+	runDirOnce.Do(func() {
+		cache, err := vm.CacheDir()
+		if err != nil {
+			runDirErr = err
+			return
+		}
+		// Those of runs that ended without their TestMain (a go test
+		// -timeout panic, a kill) go first.
+		ents, _ := os.ReadDir(filepath.Join(cache, "run"))
+		for _, e := range ents {
+			if pid, err := strconv.Atoi(e.Name()); err == nil && e.IsDir() && syscall.Kill(pid, 0) == syscall.ESRCH {
+				os.RemoveAll(filepath.Join(cache, "run", e.Name()))
+			}
+		}
+		runDirPath = filepath.Join(cache, "run", strconv.Itoa(os.Getpid()))
+		runDirErr = os.MkdirAll(runDirPath, 0o755)
+	})
+	return runDirPath, runDirErr
+}
+
+func runDir(t testing.TB) string {
+	t.Helper()
+	d, err := theRunDir()
+	if err != nil {
+		t.Fatalf("run directory: %v", err)
+	}
+	return d
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if runDirPath != "" {
+		os.RemoveAll(runDirPath)
+	}
+	os.Exit(code)
+}

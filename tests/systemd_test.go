@@ -146,11 +146,11 @@ func buildNewerDeb(t *testing.T, deb string) string {
 // makeDeb runs `make packages` in root into the cache's run/<dir> (with
 // PKG_VERSION=version unless empty) and returns the one .deb it made.
 func makeDeb(root, dir, version string) (string, error) {
-	cache, err := vm.CacheDir()
+	run, err := theRunDir()
 	if err != nil {
 		return "", err
 	}
-	dist := filepath.Join(cache, "run", dir)
+	dist := filepath.Join(run, dir)
 	os.RemoveAll(dist)
 	args, what := []string{"packages", "DIST=" + dist}, "make packages"
 	if version != "" {
@@ -218,8 +218,7 @@ func runSystemd(t *testing.T, rel vm.DebianRelease, series, rootTar string, debs
 		files["/etc/systemd/system/nvmet.service"] = vm.DiskFile{Src: filepath.Join(g, "nvmet.service")}
 		files["/usr/local/sbin/nvmet-restore"] = vm.DiskFile{Src: filepath.Join(g, "nvmet-restore"), Mode: 0o755}
 	}
-	cache, _ := vm.CacheDir()
-	disk := filepath.Join(cache, "run", "systemd-"+rel.Name+"-"+k.Release+".img")
+	disk := filepath.Join(runDir(t), "systemd-"+rel.Name+"-"+k.Release+".img")
 	if err := vm.BuildDisk(disk, rootTar, []*vm.Kernel{k}, nil, files, 2048); err != nil {
 		t.Fatalf("disk image: %v", err)
 	}
