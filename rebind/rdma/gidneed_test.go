@@ -166,11 +166,12 @@ func TestReadGIDsNeeded(t *testing.T) {
 			need: []GIDKey{key("192.0.2.201", "veth0")}, maxReads: 1024, minReads: 701},
 		{name: "a key not in the table: read whole", table: func() *fakeAttrs { return rxeTable("veth0", 0, 5, 1000) },
 			need: []GIDKey{key("192.0.2.77", "veth0")}, wholeRead: true,
-			// 1,024 entries, the used ones again, gids/1024 (missing)
-			// and gids/1023 again (the end, not the directory gone).
-			maxReads: 1024 + 3 + 1 + 1},
+			// 1,024 entries, the used ones again, gids/1024 … (missing:
+			// each reader may have one such read in flight when the end
+			// is found) and gids/1023 again (the end, not the directory gone).
+			maxReads: 1024 + 3 + gidReaders + 1},
 		{name: "same IP on another netdev is not the key", table: func() *fakeAttrs { return rxeTable("veth0", 0, 3) },
-			need: []GIDKey{key("192.0.2.1", "veth0.100")}, wholeRead: true, maxReads: 1024 + 2 + 2},
+			need: []GIDKey{key("192.0.2.1", "veth0.100")}, wholeRead: true, maxReads: 1024 + 2 + gidReaders + 1},
 		// A table shorter than a batch (mlx5 has 256 entries, other
 		// drivers fewer): its end is the first missing gids/<i>.
 		{name: "a short table ends at its first missing entry", table: func() *fakeAttrs { return rxeTableOf(8, "veth0", 0, 2) },
