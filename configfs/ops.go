@@ -39,6 +39,9 @@ type Ops interface {
 	RemoveLinks(dir string, names []string, done func(i int, err error) bool) error
 	// WriteAttr writes an attribute in place, once (echo value > path).
 	WriteAttr(path, value string) error
+	// Mkdir creates a configfs object (mkdir path): the kernel makes its
+	// attributes and default children. Boot completion's one creation.
+	Mkdir(path string) error
 	// SwapAttr reads an attribute and, when it reads from, writes to, on
 	// one open file: the precondition of a write checked with the write.
 	// It returns what it read (trimmed); written only when that is from.
@@ -203,6 +206,10 @@ func (o OSOps) RemoveLinks(dir string, names []string, done func(int, error) boo
 
 // WriteAttr implements Ops: the attribute is reached beneath Root without
 // following a symlink and must be a regular file. configfs attributes take
+// Mkdir creates the object path (mkdir), beneath Root, never through a
+// symlink.
+func (o OSOps) Mkdir(path string) error { return o.mkdir(path) }
+
 // one write(2); a partial write or a short count is an error.
 func (o OSOps) WriteAttr(path, value string) error { return o.writeAttr(path, value) }
 

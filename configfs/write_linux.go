@@ -114,6 +114,18 @@ func (o OSOps) symlink(target, link string) error {
 	return nil
 }
 
+func (o OSOps) mkdir(path string) error {
+	dfd, name, _, err := o.parent(path)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	if _, err := eintr(func() (int, error) { return 0, unix.Mkdirat(dfd, name, 0o755) }); err != nil {
+		return &fs.PathError{Op: "mkdir", Path: path, Err: err}
+	}
+	return nil
+}
+
 func (o OSOps) remove(path string) error {
 	dfd, name, _, err := o.parent(path)
 	if err != nil {

@@ -52,6 +52,13 @@ func (o OSOps) symlink(target, link string) error {
 	return os.Symlink(target, link)
 }
 
+func (o OSOps) mkdir(path string) error {
+	if _, _, err := o.check(path); err != nil {
+		return err
+	}
+	return os.Mkdir(path, 0o755)
+}
+
 func (o OSOps) remove(path string) error {
 	st, _, err := o.check(path)
 	if err != nil {

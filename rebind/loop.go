@@ -33,6 +33,10 @@ type Options struct {
 	// often from the loop itself (the systemd watchdog): a round that
 	// hangs stops the beats.
 	HeartbeatEvery time.Duration
+	// Completer makes the objects a saved config declares and configfs
+	// lacks (boot completion of objects); nil: only links and iser are
+	// completed.
+	Completer Completer
 	// Exhaustive makes every round a fresh observation, every endpoint
 	// decided and a full learn: the reference the differential test holds
 	// the normal rounds to.
@@ -70,6 +74,8 @@ type Engine struct {
 	wake    *wakeups // when endpoints are decided again by the clock
 	results map[Key]Outcome
 	stats   Stats
+	// completion is the last round's boot completion of objects.
+	completion Completion
 
 	snap atomic.Pointer[Snapshot] // published once per round
 	// saved is what the saved configs declared when the loop last read
@@ -156,8 +162,9 @@ func (e *Engine) Retry(k Key) {
 
 // takeRequests applies the requests made since the last round: a config
 // swap (memory's timers restart; every endpoint is decided again) and
-// retries.
-func (e *Engine) takeRequests() {
+// retries. It returns whether the saved configs were read again (the
+// first round, a reload).
+func (e *Engine) takeRequests() (reread bool) {
 	if c := e.wantCfg.Load(); c != e.cfgIn {
 		e.cfgIn, e.cfg = c, *c
 		e.mem = e.mem.restarted()
@@ -166,6 +173,7 @@ func (e *Engine) takeRequests() {
 	}
 	if e.saved.Load() == nil {
 		e.saved.Store(e.readSaved(e.cfg))
+		reread = true
 	}
 	e.inbox.Lock()
 	retry := e.inbox.retry
@@ -180,6 +188,18 @@ func (e *Engine) takeRequests() {
 		}
 		e.mem = e.mem.forced(k, ep)
 	}
+	return reread
+}
+
+// complete runs boot completion of objects (Options.Completer): first in
+// a round, so that the round observes the ports it made and links them.
+func (e *Engine) complete(ctx context.Context, reread bool) {
+	if e.opt.Completer == nil {
+		return
+	}
+	now := e.opt.Now()
+	e.completion = e.opt.Completer.Complete(ctx, CompletionInput{Config: e.cfg, Reload: reread,
+		Open: now.Before(e.bootUntil), DryRun: e.opt.DryRun, Now: now})
 }
 
 // Reconcile is one round: observe → select the endpoints to decide →
@@ -189,7 +209,7 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 	e.run.Lock()
 	defer e.run.Unlock()
 	start := time.Now()
-	e.takeRequests()
+	e.complete(ctx, e.takeRequests())
 	if e.opt.Exhaustive {
 		e.base = nil
 	}
@@ -216,7 +236,11 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 	assemble(&pl, &obs, e.cfg, sel)
 	e.learn(&obs, &pl, sel)
 	e.stats.ReconcileTime += time.Since(start)
-	e.publish(&obs, &pl, outcomes, nextLook(pl, ran, obs.Now, e.opt.DryRun))
+	next := nextLook(pl, ran, obs.Now, e.opt.DryRun)
+	if a := e.completion.Again; a > 0 && (next.IsZero() || obs.Now.Add(a).Before(next)) {
+		next = obs.Now.Add(a) // an object waits for a device path
+	}
+	e.publish(&obs, &pl, outcomes, next)
 	e.report(outcomes)
 	return pl.Items, nil
 }

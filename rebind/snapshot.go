@@ -37,6 +37,9 @@ type Snapshot struct {
 	// Sight is what the round could see and what it could not (configfs,
 	// the kernel's tables, unreadable objects).
 	Sight Sight
+	// Completion is what boot completion of the saved config's objects
+	// found in the round (Options.Completer).
+	Completion Completion
 	// Next is when the round asked to be followed by another (nextLook);
 	// zero: at the next event or resync.
 	Next time.Time
@@ -64,7 +67,7 @@ func (e *Engine) publish(obs *Observed, pl *Planned, outcomes []Outcome, next ti
 	e.stats.PendingRetries = len(e.mem.NextTry)
 	e.stats.Reconciles++
 	e.snap.Store(&Snapshot{Items: pl.Items, Results: results, At: e.opt.Now(), Stats: e.stats,
-		ListenersErr: obs.ListenersErr, JournalErrs: obs.JournalErrs, Sight: obs.sight(e.cfg), Next: next, Config: e.cfg, Memory: e.mem})
+		ListenersErr: obs.ListenersErr, JournalErrs: obs.JournalErrs, Sight: obs.sight(e.cfg), Next: next, Config: e.cfg, Memory: e.mem, Completion: e.completion})
 }
 
 // Snapshot returns what the last round published. Its slices and maps are

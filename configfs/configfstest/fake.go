@@ -67,7 +67,7 @@ type Binder interface {
 
 // Write is one write the code under test made through Ops.
 type Write struct {
-	Op    string // "symlink", "remove", "write"
+	Op    string // "symlink", "remove", "write", "mkdir"
 	Path  string // relative to the configfs root
 	Value string // the link target's base name, or the value written
 	Err   error  // what the fake kernel answered
@@ -203,6 +203,7 @@ func (a adminOps) Symlink(t, l string) error {
 	return a.do(Write{Op: "symlink", Path: l, Value: t}, false)
 }
 func (a adminOps) Remove(p string) error { return a.do(Write{Op: "remove", Path: p}, false) }
+func (a adminOps) Mkdir(p string) error  { return a.do(Write{Op: "mkdir", Path: p}, false) }
 func (a adminOps) WriteAttr(p, v string) error {
 	return a.do(Write{Op: "write", Path: p, Value: v}, false)
 }
@@ -317,6 +318,9 @@ func (k *Fake) Symlink(target, link string) error {
 	return k.do(Write{Op: "symlink", Path: link, Value: target}, true)
 }
 
+// Mkdir implements configfs.Ops.
+func (k *Fake) Mkdir(path string) error { return k.do(Write{Op: "mkdir", Path: path}, true) }
+
 // Remove implements configfs.Ops.
 func (k *Fake) Remove(path string) error { return k.do(Write{Op: "remove", Path: path}, true) }
 
@@ -387,7 +391,13 @@ func (k *Fake) doLocked(w Write, logged bool) error {
 	var err error
 	switch w.Op {
 	case "symlink":
+		if rest, ok := k.allowedHostOf(abs); ok {
+			err = k.allowHost(abs, rest)
+			break
+		}
 		err = k.symlink(abs, filepath.Join(k.Root, "nvmet/subsystems", w.Value))
+	case "mkdir":
+		err = k.mkdirObject(abs)
 	case "remove":
 		err = k.remove(abs)
 	case "write":
@@ -506,6 +516,9 @@ func (k *Fake) write(p, v string) error {
 		}
 		writeFile(p, v)
 		return nil
+	}
+	if err, ok := k.writeObject(p, v); ok {
+		return err
 	}
 	if filepath.Base(p) == "iser" {
 		npDir := filepath.Dir(p)

@@ -251,6 +251,12 @@ func (c cacheOps) Symlink(target, link string) error {
 	return err
 }
 
+func (c cacheOps) Mkdir(path string) error {
+	err := c.m.ops.Mkdir(path)
+	c.m.touchEntry(filepath.Clean(path))
+	return err
+}
+
 func (c cacheOps) Remove(path string) error {
 	err := c.m.ops.Remove(path)
 	c.m.touchEntry(filepath.Clean(path))

@@ -10,6 +10,7 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/config"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/complete"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/saved"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
 )
@@ -106,6 +107,8 @@ func open(p Paths, log *slog.Logger, mode Mode, fault func(string) bool, heartbe
 		opts.Fault, opts.Quarantined = fault, moved
 	}
 	opts.Store = env.Store
+	opts.Completer = &complete.Completer{Ops: fsys.Ops(), Root: fsys.Root(), Store: env.Store, BootID: complete.BootID,
+		Load: saved.LoadTree, Log: log}
 	env.Engine = rebind.New(opts)
 	return env, nil
 }

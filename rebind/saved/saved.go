@@ -212,13 +212,29 @@ func saveconfigEntry(raw json.RawMessage, seen map[string]bool) ([]rebind.Declar
 // ACL of the host, a few MiB on the largest.
 const maxSavedBytes = 64 << 20
 
+// read reads one saved config: nil, nil when it does not exist. It may be
+// a symlink (followed) but must be a regular file of at most maxSavedBytes
+// (64 MiB): anything else is refused before it is read, and the read is
+// bounded. Errors name the file.
+func read(what, path string) ([]byte, error) {
+	b, err := bounded.ReadFile(path, maxSavedBytes, true)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if _, ok := errors.AsType[*bounded.Error](err); ok {
+		return nil, fmt.Errorf("%s %w", what, err) // names the path
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return b, nil
+}
+
 // Load reads the saved configs named in the config; a file that does not
-// exist declares nothing. A saved config may be a symlink (it is followed)
-// but must be a regular file of at most maxSavedBytes (64 MiB): anything
-// else is refused before it is read, and the read is bounded. A file that
-// cannot be read or parsed declares nothing; a bad entry is left out of
-// what its file declares. Both come back in err, each naming its file
-// (and entry), with what the other files and entries declare.
+// exist declares nothing. A file that cannot be read or parsed declares
+// nothing; a bad entry is left out of what its file declares. Both come
+// back in err, each naming its file (and entry), with what the other
+// files and entries declare.
 func Load(cfg rebind.Config) ([]rebind.Declared, error) {
 	var out []rebind.Declared
 	var errs []error
@@ -230,16 +246,9 @@ func Load(cfg rebind.Config) ([]rebind.Declared, error) {
 		if f.path == "" {
 			continue
 		}
-		b, err := bounded.ReadFile(f.path, maxSavedBytes, true)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if _, ok := errors.AsType[*bounded.Error](err); ok {
-			errs = append(errs, fmt.Errorf("%s %w", f.what, err)) // names the path
-			continue
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", f.what, err))
+		b, err := read(f.what, f.path)
+		if err != nil || b == nil {
+			errs = append(errs, err)
 			continue
 		}
 		d, bad, err := f.parse(f.path, b)
@@ -251,4 +260,22 @@ func Load(cfg rebind.Config) ([]rebind.Declared, error) {
 		out = append(out, d...)
 	}
 	return out, errors.Join(errs...)
+}
+
+// LoadTree reads every object of the nvmetcli config cfg names (nil when
+// it names none or the file does not exist), with the errors of its bad
+// entries, as Load reads its ports.
+func LoadTree(cfg rebind.Config) (*Tree, error) {
+	if cfg.NvmetConfig == "" {
+		return nil, nil
+	}
+	b, err := read("nvmetcli config", cfg.NvmetConfig)
+	if err != nil || b == nil {
+		return nil, err
+	}
+	t, bad, err := ParseNvmetcliTree(cfg.NvmetConfig, b)
+	if err != nil {
+		return nil, err
+	}
+	return t, errors.Join(bad...)
 }

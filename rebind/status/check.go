@@ -235,6 +235,17 @@ func Check(r StatusReport) Verdict {
 			}
 		}
 	}
+	for _, m := range r.SavedMissing {
+		if strings.HasPrefix(m.Object, "ports/") && !strings.Contains(strings.TrimPrefix(m.Object, "ports/"), "/") {
+			continue // a port: its listener line above says it is missing
+		}
+		v.Counts.Missing++
+		if r.BootWindowUntil != nil && r.At.Before(*r.BootWindowUntil) {
+			into(Warning, "declared by a saved config, not in configfs (boot window open)", m.Object, m.Object+": "+oneLine(m.Waiting))
+		} else {
+			into(Critical, "declared by a saved config, not in configfs", m.Object, m.Object+": "+oneLine(m.Waiting))
+		}
+	}
 	if r.ListenersError != "" {
 		if v.Counts.Unknown > 0 {
 			g := groups["unknown"]

@@ -127,8 +127,21 @@ type StatusReport struct {
 	// BootWindowUntil is when the saved configs' boot window closes
 	// (absent: no saved config named).
 	BootWindowUntil *time.Time `json:"boot_window_until,omitempty"`
+	// SavedMissing are the objects nvmetcli's saved config declares
+	// (hosts, subsystems, namespaces and their enable, allowed hosts,
+	// ports, ANA groups, referrals) that configfs lacks, with what each
+	// waits for; SavedDiffers the objects that exist with other
+	// attributes than the file's (never changed).
+	SavedMissing []SavedObject `json:"saved_missing,omitempty"`
+	SavedDiffers []string      `json:"saved_differs,omitempty"`
 	Source          string     `json:"source"` // "daemon" or "direct"
 	At              time.Time  `json:"at"`
+}
+
+// SavedObject is one declared object configfs lacks.
+type SavedObject struct {
+	Object  string `json:"object"` // its path under nvmet/ (…#enable: the namespace's enable)
+	Waiting string `json:"waiting"`
 }
 
 // Report renders a snapshot; what it could and could not see is the
@@ -153,9 +166,22 @@ func Report(s rebind.Snapshot, source string) StatusReport {
 		}
 	}
 	r.Unreadable = slices.Clone(sg.Unreadable)
-	if sg.Saved != nil {
-		r.SavedConfigsError = sg.Saved.Error()
+	var savedErrs []string
+	for _, err := range []error{sg.Saved, s.Completion.Err} {
+		if err == nil {
+			continue
+		}
+		for _, l := range strings.Split(err.Error(), "\n") {
+			if !slices.Contains(savedErrs, l) {
+				savedErrs = append(savedErrs, l) // both read the same file's ports
+			}
+		}
 	}
+	r.SavedConfigsError = strings.Join(savedErrs, "\n")
+	for _, p := range s.Completion.Missing {
+		r.SavedMissing = append(r.SavedMissing, SavedObject{Object: p.Object, Waiting: p.Waiting})
+	}
+	r.SavedDiffers = slices.Clone(s.Completion.Differs)
 	if !sg.BootUntil.IsZero() {
 		r.BootWindowUntil = ptr(sg.BootUntil)
 	}
@@ -278,6 +304,15 @@ func WriteTable(out io.Writer, r StatusReport) error {
 	}
 	for _, n := range unseen(r) {
 		fmt.Fprintf(&trailer, "\nnot seen: %s\n", escape(n))
+	}
+	if n := len(r.SavedMissing); n > 0 {
+		fmt.Fprintf(&trailer, "\ndeclared by the saved config, not in configfs (%d):\n", n)
+		for _, m := range r.SavedMissing {
+			fmt.Fprintf(&trailer, "  %s: %s\n", escape(m.Object), escape(m.Waiting))
+		}
+	}
+	for _, d := range r.SavedDiffers {
+		fmt.Fprintf(&trailer, "\ndiffers from the saved config (left as it is): %s\n", escape(d))
 	}
 	_, err := io.WriteString(out, trailer.String())
 	return err

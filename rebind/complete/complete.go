@@ -1,0 +1,712 @@
+// Package complete makes what nvmetcli's saved config declares and
+// configfs lacks, within the boot window: the objects a restore that stops
+// at its first refusal never created (nvmetcli's does: LANDSCAPE.md).
+//
+// The file is flattened into units in nvmetcli restore's order (hosts;
+// subsystems with their namespaces, namespaces' enable, allowed hosts and
+// attributes; ports with their attributes, ANA groups and referrals). A
+// unit is one object, or one step of an object the restore makes in two
+// (a namespace's enable; a subsystem's attributes, written after its
+// namespaces). Each round, every unit not yet settled is looked at:
+//
+//   - present and not being made: seen. From then on its absence is the
+//     admin's removal, never undone (kept in the record across restarts,
+//     for this boot).
+//   - absent and never seen: due, once the units it depends on are there
+//     (its parent; an allowed host's host) and, for an enable, once its
+//     device path resolves. Due units are made in order.
+//
+// Crash safety: the units about to be made are written to the record
+// (making, fsync'd) before the first write, and the record is written
+// again once they are made. A unit still in making at the next start is
+// finished whatever configfs shows (a directory made but its attributes
+// not written is not "seen": it is ours to finish), each write skipped
+// when the attribute already reads the value.
+//
+// Links of ports to subsystems are not units: the engine makes them as
+// endpoints (they wait for an address and an RDMA device).
+package complete
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nvmet-rebind/nvmet-rebind/configfs"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/saved"
+)
+
+// Store keeps the record durably (rebind/state: completion.json).
+type Store interface {
+	Completion() ([]byte, error)
+	SaveCompletion([]byte) error
+}
+
+// record is completion.json.
+type record struct {
+	Version int      `json:"version"`
+	Boot    string   `json:"boot_id"`
+	// Until is when this boot's window closes: set by the first start of
+	// the boot, so that a restart or a one-shot trigger later in the same
+	// boot never opens another.
+	Until  time.Time `json:"window_until"`
+	Seen   []string  `json:"seen"`
+	Making []string  `json:"making,omitempty"`
+}
+
+// Completer implements rebind.Completer over configfs. Its methods run in
+// the engine's loop, one at a time.
+type Completer struct {
+	Ops   configfs.Ops
+	Root  string // the configfs root
+	Store Store  // nil: nothing kept across restarts
+	// BootID names this boot (/proc/sys/kernel/random/boot_id): a record
+	// of another boot is forgotten (the restore made everything again).
+	BootID func() (string, error)
+	// Load reads the saved config (saved.LoadTree).
+	Load func(rebind.Config) (*saved.Tree, error)
+	// Stat resolves a device path (os.Stat when nil).
+	Stat func(string) (fs.FileInfo, error)
+	Log  *slog.Logger
+
+	tree    *saved.Tree
+	treeErr error
+	loaded  bool // the record was read
+	boot    string
+	until   time.Time
+	seen    map[string]bool
+	making  map[string]bool
+	retry   map[string]time.Time // a refused unit is not tried again before
+	backoff map[string]time.Duration
+	differs map[string]string
+}
+
+// BootID reads the kernel's boot id.
+func BootID() (string, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	return strings.TrimSpace(string(b)), err
+}
+
+// unit kinds.
+const (
+	kHost = iota
+	kSubsystem
+	kNamespace
+	kEnable
+	kAllowed
+	kAttrs
+	kPort
+	kANAGroup
+	kReferral
+)
+
+type unit struct {
+	id   string // the path under nvmet/, #enable and #attr for the two-step objects
+	kind int
+	deps []string
+	// before: the units of a subsystem the restore writes before its
+	// attributes (kAttrs).
+	before []string
+	host   *saved.Host
+	sub    *saved.Subsystem
+	ns     *saved.Namespace
+	port   *saved.Port
+	grp    *saved.ANAGroup
+	ref    *saved.Referral
+	name   string // kAllowed: the host
+}
+
+// units flattens the tree in nvmetcli restore's order.
+func units(t *saved.Tree) []unit {
+	var out []unit
+	for i := range t.Hosts {
+		h := &t.Hosts[i]
+		out = append(out, unit{id: "hosts/" + h.NQN, kind: kHost, host: h})
+	}
+	for i := range t.Subsystems {
+		s := &t.Subsystems[i]
+		sid := "subsystems/" + s.NQN
+		out = append(out, unit{id: sid, kind: kSubsystem, sub: s})
+		var before []string
+		for j := range s.Namespaces {
+			ns := &s.Namespaces[j]
+			nid := sid + "/namespaces/" + strconv.FormatUint(uint64(ns.NSID), 10)
+			out = append(out, unit{id: nid, kind: kNamespace, deps: []string{sid}, sub: s, ns: ns})
+			before = append(before, nid)
+			if ns.Enable {
+				out = append(out, unit{id: nid + "#enable", kind: kEnable, deps: []string{nid}, sub: s, ns: ns})
+				before = append(before, nid+"#enable")
+			}
+		}
+		for _, h := range s.AllowedHosts {
+			aid := sid + "/allowed_hosts/" + h
+			out = append(out, unit{id: aid, kind: kAllowed, deps: []string{sid, "hosts/" + h}, sub: s, name: h})
+			before = append(before, aid)
+		}
+		if len(s.Attrs) > 0 {
+			out = append(out, unit{id: sid + "#attr", kind: kAttrs, deps: []string{sid}, sub: s, before: before})
+		}
+	}
+	for i := range t.Ports {
+		p := &t.Ports[i]
+		pid := "ports/" + p.ID
+		out = append(out, unit{id: pid, kind: kPort, port: p})
+		for j := range p.ANAGroups {
+			g := &p.ANAGroups[j]
+			if g.GrpID == 1 {
+				continue // the kernel makes group 1 with the port; the port's unit writes it
+			}
+			out = append(out, unit{id: pid + "/ana_groups/" + strconv.FormatUint(uint64(g.GrpID), 10), kind: kANAGroup, deps: []string{pid}, port: p, grp: g})
+		}
+		for j := range p.Referrals {
+			r := &p.Referrals[j]
+			out = append(out, unit{id: pid + "/referrals/" + r.Name, kind: kReferral, deps: []string{pid}, port: p, ref: r})
+		}
+	}
+	return out
+}
+
+// path is the unit's object in configfs.
+func (c *Completer) path(id string) string {
+	id, _, _ = strings.Cut(id, "#")
+	return filepath.Join(c.Root, "nvmet", id)
+}
+
+func (c *Completer) log() *slog.Logger {
+	if c.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return c.Log
+}
+
+// Complete implements rebind.Completer.
+func (c *Completer) Complete(ctx context.Context, in rebind.CompletionInput) rebind.Completion {
+	if in.Reload || c.tree == nil && c.treeErr == nil {
+		c.tree, c.treeErr = c.Load(in.Config)
+		if c.treeErr != nil {
+			c.log().Warn("saved config: entries not completed", "err", c.treeErr)
+		}
+	}
+	out := rebind.Completion{Err: c.treeErr}
+	if c.tree == nil {
+		return out
+	}
+	out.Source = c.tree.Source
+	var errs []error
+	if err := c.loadRecord(in); err != nil {
+		errs = append(errs, err)
+	}
+	open := in.Open && in.Now.Before(c.until)
+	r := round{c: c, known: map[string]bool{}, due: map[string]bool{}}
+	var due []unit
+	waiting := false
+	for _, u := range units(c.tree) {
+		if ctx.Err() != nil {
+			break
+		}
+		if c.seen[u.id] && !c.making[u.id] {
+			continue // settled: in place, or removed by the admin since
+		}
+		present, err := r.has(u)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if present && !c.making[u.id] {
+			c.seen[u.id] = true
+			c.noteDiffers(u)
+			continue
+		}
+		if w := r.blocked(u); w != "" {
+			if !strings.HasPrefix(w, "-") {
+				out.Missing = append(out.Missing, rebind.Pending{Object: u.id, Waiting: w})
+			}
+			continue
+		}
+		if !open && !c.making[u.id] {
+			out.Missing = append(out.Missing, rebind.Pending{Object: u.id, Waiting: "not made: the boot window closed at " + c.until.Format(time.DateTime)})
+			continue
+		}
+		if u.kind == kEnable {
+			if w, again := c.device(u); w != "" {
+				out.Missing = append(out.Missing, rebind.Pending{Object: u.id, Waiting: w})
+				waiting = waiting || again
+				continue
+			}
+			if d := c.differsFor(u); d != "" {
+				c.differs[u.id] = d
+				continue // the admin's namespace: never enabled behind them
+			}
+		}
+		if t, ok := c.retry[u.id]; ok && in.Now.Before(t) {
+			out.Missing = append(out.Missing, rebind.Pending{Object: u.id, Waiting: "refused; tried again at " + t.Format(time.TimeOnly)})
+			waiting = true
+			continue
+		}
+		r.known[u.id], r.due[u.id] = true, true // its dependents follow it in this round
+		due = append(due, u)
+	}
+	if in.DryRun {
+		for _, u := range due {
+			out.Planned = append(out.Planned, c.describe(u)...)
+			out.Missing = append(out.Missing, rebind.Pending{Object: u.id, Waiting: "due"})
+		}
+		out.Err = errors.Join(append([]error{c.treeErr}, errs...)...)
+		return out
+	}
+	if len(due) > 0 {
+		for _, u := range due {
+			c.making[u.id] = true
+		}
+		if err := c.saveRecord(); err != nil {
+			// Not durable: make nothing (a crash would leave half-made
+			// objects the next start could not tell from the admin's).
+			for _, u := range due {
+				delete(c.making, u.id)
+			}
+			errs = append(errs, err)
+			due = nil
+		}
+	}
+	made := false
+	for _, u := range due {
+		err := c.make(u)
+		if err != nil && !errors.Is(err, errAttrs) {
+			c.log().Warn("saved config: object not made", "object", u.id, "source", c.tree.Source, "err", err)
+			out.Missing = append(out.Missing, rebind.Pending{Object: u.id, Waiting: "refused: " + err.Error()})
+			b := min(max(2*c.backoff[u.id], time.Second), 30*time.Second)
+			c.backoff[u.id], c.retry[u.id] = b, in.Now.Add(b)
+			delete(c.making, u.id)
+			waiting = true
+			continue
+		}
+		if err != nil {
+			c.differs[u.id] = err.Error()
+			c.log().Warn("saved config: object made, some attributes refused", "object", u.id, "source", c.tree.Source, "err", err)
+		} else {
+			c.log().Info("saved config: object made", "object", u.id, "source", c.tree.Source)
+		}
+		delete(c.making, u.id)
+		delete(c.retry, u.id)
+		delete(c.backoff, u.id)
+		c.seen[u.id] = true
+		out.Made = append(out.Made, u.id)
+		made = true
+	}
+	if made || len(due) > 0 {
+		if err := c.saveRecord(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(c.differs)) {
+		out.Differs = append(out.Differs, id+": "+c.differs[id])
+	}
+	if waiting {
+		out.Again = time.Second
+	}
+	out.Err = errors.Join(append([]error{c.treeErr}, errs...)...)
+	return out
+}
+
+// round is one call's view of configfs: what each unit looked like (or
+// will, once the due units before it are made), each looked at once.
+type round struct {
+	c     *Completer
+	known map[string]bool
+	due   map[string]bool // made in this round, after the units before them
+	units map[string]unit
+}
+
+// has tells whether the unit is in configfs (or made earlier in this
+// round).
+func (r *round) has(u unit) (bool, error) {
+	if v, ok := r.known[u.id]; ok {
+		return v, nil
+	}
+	v, err := r.c.present(u, r)
+	if err == nil {
+		r.known[u.id] = v
+	}
+	return v, err
+}
+
+// hasID is has for a unit named by a dependency.
+func (r *round) hasID(id string) bool {
+	if v, ok := r.known[id]; ok {
+		return v
+	}
+	if r.units == nil {
+		r.units = map[string]unit{}
+		for _, u := range units(r.c.tree) {
+			r.units[u.id] = u
+		}
+	}
+	u, ok := r.units[id]
+	if !ok {
+		return false
+	}
+	v, _ := r.has(u)
+	return v
+}
+
+// blocked says why a unit cannot be made yet ("" when it can): a unit it
+// depends on is missing. A dependency the admin removed makes it gone with
+// it (returned with a leading "-": not reported).
+func (r *round) blocked(u unit) string {
+	for _, d := range u.deps {
+		if r.hasID(d) {
+			continue
+		}
+		if r.c.seen[d] && !r.c.making[d] {
+			return "-removed with " + d
+		}
+		return "waiting for " + d
+	}
+	return ""
+}
+
+// present tells whether the unit is in configfs.
+func (c *Completer) present(u unit, r *round) (bool, error) {
+	switch u.kind {
+	case kEnable:
+		a := c.Ops.ReadAttrs([]string{c.path(u.id)}, []string{"enable"})[0]
+		if a.Err != nil || a.Errs[0] != nil {
+			return false, nil
+		}
+		return a.Values[0] == "1", nil
+	case kAttrs:
+		// The restore writes a subsystem's attributes after its
+		// namespaces and allowed hosts: with all of them in place, it
+		// did (whatever they read now: the admin's since).
+		for _, b := range append([]string{u.deps[0]}, u.before...) {
+			if !r.hasID(b) || c.making[b] || r.due[b] {
+				return false, nil
+			}
+		}
+		return true, nil
+	}
+	st, err := c.Ops.Lstat(c.path(u.id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("saved config object %s: %w", u.id, err)
+	}
+	if u.kind == kAllowed {
+		return st.Mode()&fs.ModeSymlink != 0, nil
+	}
+	return st.IsDir(), nil
+}
+
+// device says what an enable waits for ("" when its device can be
+// opened): the path resolving to a block device or a regular file (nvmet's
+// file backend). again: worth another look soon (udev may be about to
+// make the path).
+func (c *Completer) device(u unit) (string, bool) {
+	p := u.ns.Device
+	if p == "" {
+		return "refused: the file declares no device_path", false
+	}
+	stat := c.Stat
+	if stat == nil {
+		stat = os.Stat
+	}
+	st, err := stat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "waiting for " + p, true
+	}
+	if err != nil {
+		return "waiting for " + p + ": " + err.Error(), true
+	}
+	if real, err := filepath.EvalSymlinks(p); err == nil && c.Stat == nil {
+		for _, bad := range []string{"/proc/", "/sys/"} {
+			if strings.HasPrefix(real+"/", bad) {
+				return "refused: " + p + " resolves to " + real + ", not a disk", false
+			}
+		}
+	}
+	switch m := st.Mode(); {
+	case m&fs.ModeDevice != 0 && m&fs.ModeCharDevice == 0, m.IsRegular():
+		return "", false
+	case m&fs.ModeCharDevice != 0:
+		return "refused: " + p + " is a character device, not a block device or a file", false
+	case m&fs.ModeNamedPipe != 0:
+		return "refused: " + p + " is a FIFO, not a block device or a file", false
+	default:
+		return "refused: " + p + " is not a block device or a file", false
+	}
+}
+
+// differsFor says how a namespace that exists differs from the file where
+// enabling it would act on another device than the declared one.
+func (c *Completer) differsFor(u unit) string {
+	a := c.Ops.ReadAttrs([]string{c.path(u.id)}, []string{"device_path"})[0]
+	if a.Err != nil || a.Errs[0] != nil || c.making[strings.TrimSuffix(u.id, "#enable")] {
+		return ""
+	}
+	if a.Values[0] != u.ns.Device {
+		return fmt.Sprintf("device_path is %q, the file says %q: not enabled", a.Values[0], u.ns.Device)
+	}
+	return ""
+}
+
+// attrsOf is what the unit writes as attributes of its own directory.
+func attrsOf(u unit) []saved.Attr {
+	switch u.kind {
+	case kHost:
+		return u.host.Attrs
+	case kNamespace:
+		return u.ns.Attrs
+	case kAttrs:
+		return u.sub.Attrs
+	case kPort:
+		return u.port.Attrs
+	case kANAGroup:
+		return u.grp.Attrs
+	case kReferral:
+		return u.ref.Attrs
+	}
+	return nil
+}
+
+// noteDiffers records, once when first seen, how an object that was there
+// before the completer reads against the file (never changed).
+func (c *Completer) noteDiffers(u unit) {
+	as := attrsOf(u)
+	if len(as) == 0 || u.kind == kAttrs {
+		return
+	}
+	if d := c.diff(c.path(u.id), as); d != "" {
+		c.differs[u.id] = d
+	}
+}
+
+// diff lists the attributes that read other than as.
+func (c *Completer) diff(dir string, as []saved.Attr) string {
+	names := make([]string, len(as))
+	for i, a := range as {
+		names[i] = a.File
+	}
+	r := c.Ops.ReadAttrs([]string{dir}, names)[0]
+	if r.Err != nil {
+		return ""
+	}
+	var d []string
+	for i, a := range as {
+		if r.Errs[i] == nil && r.Values[i] != a.Value {
+			d = append(d, fmt.Sprintf("%s is %q, the file says %q", a.File, r.Values[i], a.Value))
+		}
+	}
+	return strings.Join(d, "; ")
+}
+
+// errAttrs marks a unit made whose attributes were not all written (as
+// nvmetcli's restore, which reports those and goes on).
+var errAttrs = errors.New("attributes refused")
+
+// write writes the attributes that do not read their value already.
+func (c *Completer) write(dir string, as []saved.Attr) error {
+	if len(as) == 0 {
+		return nil
+	}
+	names := make([]string, len(as))
+	for i, a := range as {
+		names[i] = a.File
+	}
+	r := c.Ops.ReadAttrs([]string{dir}, names)[0]
+	if r.Err != nil {
+		return r.Err
+	}
+	var errs []error
+	for i, a := range as {
+		if r.Errs[i] == nil && r.Values[i] == a.Value {
+			continue
+		}
+		if err := c.Ops.WriteAttr(filepath.Join(dir, a.File), a.Value); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", a.File, err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", errAttrs, errors.Join(errs...))
+	}
+	return nil
+}
+
+// mkdir makes dir; one already there is ours to finish (making).
+func (c *Completer) mkdir(dir string) error {
+	if err := c.Ops.Mkdir(dir); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return nil
+}
+
+// make makes one unit.
+func (c *Completer) make(u unit) error {
+	dir := c.path(u.id)
+	switch u.kind {
+	case kHost, kNamespace, kANAGroup:
+		if err := c.mkdir(dir); err != nil {
+			return err
+		}
+		return c.write(dir, attrsOf(u))
+	case kSubsystem:
+		return c.mkdir(dir)
+	case kAttrs:
+		return c.write(dir, u.sub.Attrs)
+	case kAllowed:
+		err := c.Ops.Symlink(filepath.Join(c.Root, "nvmet/hosts", u.name), dir)
+		if errors.Is(err, fs.ErrExist) {
+			return nil
+		}
+		return err
+	case kEnable:
+		if err := c.write(dir, []saved.Attr{{File: "enable", Value: "1"}}); err != nil {
+			return unwrapAttrs(err)
+		}
+		if u.ns.ANAGrp != 0 {
+			return c.write(dir, []saved.Attr{{File: "ana_grpid", Value: strconv.FormatUint(uint64(u.ns.ANAGrp), 10)}})
+		}
+		return nil
+	case kPort:
+		if err := c.mkdir(dir); err != nil {
+			return err
+		}
+		err := c.write(dir, u.port.Attrs)
+		for _, g := range u.port.ANAGroups {
+			if g.GrpID == 1 {
+				err = errors.Join(err, c.write(filepath.Join(dir, "ana_groups/1"), g.Attrs))
+			}
+		}
+		return err
+	case kReferral:
+		if err := c.mkdir(dir); err != nil {
+			return err
+		}
+		err := c.write(dir, u.ref.Attrs)
+		if u.ref.Enable {
+			err = errors.Join(err, c.write(dir, []saved.Attr{{File: "enable", Value: "1"}}))
+		}
+		return err
+	}
+	return nil
+}
+
+// unwrapAttrs turns a refused enable into a plain error: the unit is not
+// made (it is tried again), unlike an object whose attributes were refused.
+func unwrapAttrs(err error) error {
+	if errors.Is(err, errAttrs) {
+		return errors.New(strings.TrimPrefix(err.Error(), errAttrs.Error()+": "))
+	}
+	return err
+}
+
+// describe is what make would write, for `plan`.
+func (c *Completer) describe(u unit) []string {
+	dir := c.path(u.id)
+	var out []string
+	echo := func(d string, as []saved.Attr) {
+		for _, a := range as {
+			out = append(out, fmt.Sprintf("echo %q > %s", a.Value, filepath.Join(d, a.File)))
+		}
+	}
+	switch u.kind {
+	case kHost, kNamespace, kANAGroup, kSubsystem, kPort, kReferral:
+		out = append(out, "mkdir "+dir)
+	}
+	switch u.kind {
+	case kAllowed:
+		out = append(out, "ln -s "+filepath.Join(c.Root, "nvmet/hosts", u.name)+" "+dir)
+	case kEnable:
+		echo(dir, []saved.Attr{{File: "enable", Value: "1"}})
+		if u.ns.ANAGrp != 0 {
+			echo(dir, []saved.Attr{{File: "ana_grpid", Value: strconv.FormatUint(uint64(u.ns.ANAGrp), 10)}})
+		}
+	case kReferral:
+		echo(dir, u.ref.Attrs)
+		if u.ref.Enable {
+			echo(dir, []saved.Attr{{File: "enable", Value: "1"}})
+		}
+	case kPort:
+		echo(dir, u.port.Attrs)
+		for _, g := range u.port.ANAGroups {
+			if g.GrpID == 1 {
+				echo(filepath.Join(dir, "ana_groups/1"), g.Attrs)
+			}
+		}
+	default:
+		echo(dir, attrsOf(u))
+	}
+	return out
+}
+
+// loadRecord reads the record once; one of another boot is forgotten, and
+// this boot's window starts now.
+func (c *Completer) loadRecord(in rebind.CompletionInput) error {
+	if c.loaded {
+		return nil
+	}
+	c.loaded = true
+	c.seen, c.making = map[string]bool{}, map[string]bool{}
+	c.retry, c.backoff, c.differs = map[string]time.Time{}, map[string]time.Duration{}, map[string]string{}
+	if c.BootID != nil {
+		c.boot, _ = c.BootID()
+	}
+	c.until = in.Now.Add(in.Config.BootWindow)
+	if c.Store == nil {
+		return nil
+	}
+	fresh := func() error {
+		if in.DryRun {
+			return nil
+		}
+		return c.saveRecord()
+	}
+	b, err := c.Store.Completion()
+	if err != nil {
+		return err
+	}
+	if b == nil {
+		return fresh()
+	}
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return errors.Join(fmt.Errorf("completion record: %w; starting a new one (objects seen before are not known)", err), fresh())
+	}
+	if r.Boot != c.boot {
+		return fresh() // another boot: its restore made everything again
+	}
+	if !r.Until.IsZero() {
+		c.until = r.Until
+	}
+	for _, id := range r.Seen {
+		c.seen[id] = true
+	}
+	for _, id := range r.Making {
+		c.making[id] = true
+	}
+	return nil
+}
+
+// saveRecord writes the record durably.
+func (c *Completer) saveRecord() error {
+	if c.Store == nil {
+		return nil
+	}
+	r := record{Version: 1, Boot: c.boot, Until: c.until, Seen: slices.Sorted(maps.Keys(c.seen)), Making: slices.Sorted(maps.Keys(c.making))}
+	b, err := json.MarshalIndent(r, "", " ")
+	if err != nil {
+		return err
+	}
+	return c.Store.SaveCompletion(b)
+}
