@@ -404,6 +404,7 @@ cleanup_all() {
 	rm -f /tmp/disk_*.img
 	for _l in $N/ports/*/subsystems/*; do [ -L "$_l" ] && rm "$_l"; done
 	for _l in $N/ports/*/referrals/*; do [ -d "$_l" ] && rmdir "$_l"; done
+	for _l in $N/ports/*/ana_groups/*; do [ -d "$_l" ] && [ "${_l##*/}" != 1 ] && rmdir "$_l"; done
 	for _p in $N/ports/*; do [ -d "$_p" ] && rmdir "$_p"; done
 	for _s in $N/subsystems/*; do
 		[ -d "$_s" ] || continue

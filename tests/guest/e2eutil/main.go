@@ -13,6 +13,7 @@
 //	                                          poll until present (or absent); print ms since US
 //	e2eutil status < json                     one line per listener: key=value …
 //	e2eutil stats V...                        n=… median=… max=… min=…
+//	e2eutil nvmetcli-restore FILE [CONFIGFS]  nvmetcli's restore and its stopping rule (restore.go)
 package main
 
 import (
@@ -51,6 +52,8 @@ func main() {
 		os.Exit(status(os.Stdin, os.Stdout))
 	case "stats":
 		os.Exit(stats(os.Args[2:]))
+	case "nvmetcli-restore":
+		os.Exit(restore(os.Args[2:]))
 	default:
 		usage()
 	}
