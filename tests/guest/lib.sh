@@ -417,6 +417,11 @@ cleanup_all() {
 		rmdir "$_s"
 	done
 	for _h in $N/hosts/*; do [ -d "$_h" ] && rmdir "$_h"; done
+	for _b in $CFG/nullb/*; do
+		[ -d "$_b" ] || continue
+		echo 0 >"$_b/power"
+		rmdir "$_b"
+	done
 	for _d in /sys/class/infiniband/*; do
 		[ -e "$_d" ] && rdma link delete "$(basename "$_d")"
 	done
