@@ -1,6 +1,7 @@
 package rebind
 
 import (
+	"context"
 	"maps"
 	"slices"
 	"time"
@@ -106,5 +107,21 @@ func (e *Engine) Look() (Snapshot, error) {
 	snap := e.Snapshot()
 	snap.Items, snap.At, snap.ListenersErr, snap.JournalErrs = items, obs.Now, obs.ListenersErr, slices.Clone(obs.JournalErrs)
 	snap.Sight = obs.sight(snap.Config)
+	if snap.Stats.Reconciles == 0 {
+		snap.Completion = e.PlanCompletion(context.Background()) // no round ran: a one-shot command
+	}
 	return snap, nil
+}
+
+// PlanCompletion is what boot completion of objects would do now, writing
+// nothing (Completion.Planned: the writes; Missing: what is due or waits).
+func (e *Engine) PlanCompletion(ctx context.Context) Completion {
+	if e.opt.Completer == nil {
+		return Completion{}
+	}
+	e.run.Lock() // the completer is the loop's: one call at a time
+	defer e.run.Unlock()
+	now := e.opt.Now()
+	return e.opt.Completer.Complete(ctx, CompletionInput{Config: e.snap.Load().Config, Reload: true,
+		Open: now.Before(e.bootUntil), DryRun: true, Now: now})
 }

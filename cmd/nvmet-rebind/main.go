@@ -595,7 +595,19 @@ func cmdPlan(c *cli.Context) error {
 			fmt.Fprintf(c.App.Writer, "  %s\n", s.Describe(c.String("configfs-root")))
 		}
 	}
-	if len(pl.Heals) == 0 {
+	cp := env.Engine.PlanCompletion(c.Context)
+	if len(cp.Planned) > 0 {
+		fmt.Fprintf(c.App.Writer, "saved config %s: make what it declares and configfs lacks\n", cp.Source)
+		for _, s := range cp.Planned {
+			fmt.Fprintf(c.App.Writer, "  %s\n", s)
+		}
+	}
+	for _, m := range cp.Missing {
+		if m.Waiting != "due" {
+			fmt.Fprintf(c.App.Writer, "saved config: %s: %s\n", m.Object, m.Waiting)
+		}
+	}
+	if len(pl.Heals) == 0 && len(cp.Planned) == 0 {
 		fmt.Fprintln(c.App.Writer, "nothing to do")
 	}
 	return nil

@@ -724,3 +724,47 @@ func TestStartTriggerUnit(t *testing.T) {
 		t.Errorf("a failing systemctl: %v", err)
 	}
 }
+
+// Without a daemon, plan prints the objects a saved config declares and
+// configfs lacks as the writes that would make them; status and check
+// say what is missing (WARNING within the window); nothing is written.
+func TestPlanStatusCheckShowSavedCompletion(t *testing.T) {
+	d := newDaemonEnv(t)
+	saved := filepath.Join(d.dir, "nvmet.json")
+	must(t, os.WriteFile(saved, []byte(`{"hosts": [{"nqn": "nqn.h"}], "subsystems": [
+ {"nqn": "nqn.a", "attr": {"allow_any_host": "1"}, "allowed_hosts": [], "namespaces": []},
+ {"nqn": "nqn.b", "attr": {"allow_any_host": "1"}, "allowed_hosts": [], "namespaces": [{"nsid": 1, "enable": 1, "device": {"path": "/dev/e2e-absent-disk"}}]}],
+ "ports": []}`), 0o600))
+	cfg := d.args[1]
+	f, err := os.OpenFile(cfg, os.O_APPEND|os.O_WRONLY, 0)
+	must(t, err)
+	_, err = f.WriteString("\n[boot]\nnvmet_config = \"" + saved + "\"\nwindow = \"5m\"\n")
+	must(t, err)
+	must(t, f.Close())
+	cfs := filepath.Join(d.dir, "cfs", "nvmet")
+	out, code := d.run("plan")
+	for _, want := range []string{"saved config " + saved + ": make", "mkdir " + filepath.Join(cfs, "hosts/nqn.h"),
+		"mkdir " + filepath.Join(cfs, "subsystems/nqn.b"), "mkdir " + filepath.Join(cfs, "subsystems/nqn.b/namespaces/1"),
+		"saved config: subsystems/nqn.b/namespaces/1#enable: waiting for /dev/e2e-absent-disk"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("plan (rc %d) lacks %q:\n%s", code, want, out)
+		}
+	}
+	if strings.Contains(out, "subsystems/nqn.a") {
+		t.Errorf("plan makes nqn.a, which exists:\n%s", out)
+	}
+	out, _ = d.run("status")
+	if !strings.Contains(out, "declared by the saved config, not in configfs (5):") || !strings.Contains(out, "subsystems/nqn.b: due") {
+		t.Errorf("status:\n%s", out)
+	}
+	out, code = d.run("check")
+	if code != 1 || !strings.Contains(out, "WARNING: subsystems/nqn.b: due") {
+		t.Errorf("check (rc %d):\n%s", code, out)
+	}
+	if _, err := os.Stat(filepath.Join(cfs, "subsystems/nqn.b")); err == nil {
+		t.Fatal("a read-only command made a subsystem")
+	}
+	if _, err := os.Stat(filepath.Join(d.dir, "state", "completion.json")); err == nil {
+		t.Fatal("a read-only command wrote the completion record")
+	}
+}
