@@ -55,8 +55,8 @@ type Store interface {
 
 // record is completion.json.
 type record struct {
-	Version int      `json:"version"`
-	Boot    string   `json:"boot_id"`
+	Version int    `json:"version"`
+	Boot    string `json:"boot_id"`
 	// Until is when this boot's window closes: set by the first start of
 	// the boot, so that a restart or a one-shot trigger later in the same
 	// boot never opens another.

@@ -8,9 +8,9 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/watch"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/complete"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/config"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/complete"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/saved"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
 )

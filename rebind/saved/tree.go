@@ -77,21 +77,6 @@ type Tree struct {
 	Ports      []Port
 }
 
-// Size is the number of objects the tree declares.
-func (t *Tree) Size() int {
-	if t == nil {
-		return 0
-	}
-	n := len(t.Hosts) + len(t.Ports)
-	for _, s := range t.Subsystems {
-		n += 1 + len(s.Namespaces) + len(s.AllowedHosts)
-	}
-	for _, p := range t.Ports {
-		n += len(p.Subsystems) + len(p.ANAGroups) + len(p.Referrals)
-	}
-	return n
-}
-
 // Kernel limits the tree is checked against (nvmet: NVMET_MAX_ANAGRPS is
 // 128; nvmetcli allows group ids to 1024 and the kernel refuses the rest;
 // nsid 0 and 0xffffffff are not namespace ids).

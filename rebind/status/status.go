@@ -134,8 +134,8 @@ type StatusReport struct {
 	// attributes than the file's (never changed).
 	SavedMissing []SavedObject `json:"saved_missing,omitempty"`
 	SavedDiffers []string      `json:"saved_differs,omitempty"`
-	Source          string     `json:"source"` // "daemon" or "direct"
-	At              time.Time  `json:"at"`
+	Source       string        `json:"source"` // "daemon" or "direct"
+	At           time.Time     `json:"at"`
 }
 
 // SavedObject is one declared object configfs lacks.
