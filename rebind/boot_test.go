@@ -68,6 +68,12 @@ func TestBootCompletion(t *testing.T) {
 	if log := w.k.LogStrings(); len(log) != 0 {
 		t.Errorf("fought the admin within the window: %q", log)
 	}
+	// Nor by the next start in the same boot, whose window opens anew:
+	// what was seen in place is kept in the state directory.
+	w.reconcile(w.engine())
+	if log := w.k.LogStrings(); len(log) != 0 {
+		t.Errorf("a restart undid the admin's unlink and iser=0: %q", log)
+	}
 	// After the window, an admin's unlink is not fought.
 	w.clk.advance(2 * time.Minute)
 	must(t, admin.Unlink("1", configfs.Link{Name: nqnB, NQN: nqnB}))

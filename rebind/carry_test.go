@@ -157,6 +157,7 @@ func TestCarriedObservationIsAFreshOne(t *testing.T) {
 type memStore struct {
 	intents map[Key]Intent
 	pins    map[Key]uint64
+	settled map[Settled]bool
 }
 
 func newMemStore() *memStore { return &memStore{intents: map[Key]Intent{}, pins: map[Key]uint64{}} }
@@ -181,6 +182,13 @@ func (s *memStore) Pins() (map[Key]uint64, error) { return maps.Clone(s.pins), n
 
 func (s *memStore) SavePins(p map[Key]uint64) error {
 	s.pins = maps.Clone(p)
+	return nil
+}
+
+func (s *memStore) Settled() (map[Settled]bool, error) { return maps.Clone(s.settled), nil }
+
+func (s *memStore) SaveSettled(m map[Settled]bool) error {
+	s.settled = maps.Clone(m)
 	return nil
 }
 

@@ -119,6 +119,13 @@ func New(opt Options) *Engine {
 		if pins != nil {
 			e.mem.Pins = pins
 		}
+		settled, err := opt.Store.Settled()
+		if err != nil {
+			e.log.Warn("what boot completion saw this boot is unreadable; starting without it", "err", err)
+		}
+		if settled != nil {
+			e.mem.Settled = settled
+		}
 	}
 	e.snap.Store(&Snapshot{Results: map[Key]Outcome{}, Config: cfg, Memory: e.mem, JournalErrs: opt.Quarantined})
 	return e
@@ -296,10 +303,16 @@ func (e *Engine) act(ctx context.Context, obs *Observed, pl *Planned, sel *Selec
 // changed, and the baseline of the next round's selection.
 func (e *Engine) learn(obs *Observed, pl *Planned, sel Selection) {
 	var pinsChanged bool
+	settled := len(e.mem.Settled) // it only grows
 	e.mem, pinsChanged = Learn(e.mem, pl.endpoints(), pl.Items, obs.Now)
 	if pinsChanged && e.opt.Store != nil && !e.opt.DryRun {
 		if err := e.opt.Store.SavePins(e.mem.Pins); err != nil {
 			e.log.Warn("pins not saved", "err", err)
+		}
+	}
+	if len(e.mem.Settled) != settled && e.opt.Store != nil && !e.opt.DryRun {
+		if err := e.opt.Store.SaveSettled(e.mem.Settled); err != nil {
+			e.log.Warn("what boot completion saw in place not saved", "err", err)
 		}
 	}
 	e.base = baseline(*obs, *pl)

@@ -67,6 +67,11 @@ type Store interface {
 	Load() (map[Key]Intent, []error)
 	Pins() (map[Key]uint64, error)
 	SavePins(map[Key]uint64) error
+	// Settled and SaveSettled keep Memory.Settled for the rest of the
+	// boot: a declared link or iser=1 seen once and removed by the admin
+	// is never made again by the next start either.
+	Settled() (map[Settled]bool, error)
+	SaveSettled(map[Settled]bool) error
 }
 
 // Observed is everything one round reads, parsed once where it is read:

@@ -51,6 +51,10 @@ func (s *readOnlyStore) SavePins(map[rebind.Key]uint64) error {
 	s.writes.Add(1)
 	return errors.New("observer saved pins")
 }
+func (s *readOnlyStore) SaveSettled(map[rebind.Settled]bool) error {
+	s.writes.Add(1)
+	return errors.New("observer saved what is settled")
+}
 
 // fakeDaemon is the daemon's engine, loop and control socket over the fake
 // kernel (a real state directory and socket).

@@ -115,6 +115,10 @@ type Store struct {
 	ix *index
 
 	fault func(op, path string) error // tests only (SetFault): a crash at a file operation
+
+	// BootID names the boot settled.json is of (nil: the kernel's boot
+	// id, /proc/sys/kernel/random/boot_id).
+	BootID func() string
 }
 
 // index is what the writer knows of the journal's files.
