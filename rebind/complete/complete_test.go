@@ -379,3 +379,36 @@ func TestCompleteDryRun(t *testing.T) {
 		}
 	}
 }
+
+// From nothing (no restore ran), everything is made in nvmetcli restore's
+// order: hosts, then each subsystem (its namespaces and their enable, its
+// allowed hosts, its attributes), then each port (its attributes, ANA
+// groups, referrals).
+func TestCompleteOrder(t *testing.T) {
+	w := newWorld(t)
+	w.plug(1)
+	w.plug(2)
+	got := w.run(w.completer(), true)
+	s1, s2 := "subsystems/nqn.2024-01.io.t:s1", "subsystems/nqn.2024-01.io.t:s2"
+	want := []string{"hosts/nqn.2014-08.org.nvmexpress:uuid:host1",
+		s1, s1 + "/namespaces/1", s1 + "/namespaces/1#enable", s1 + "/namespaces/2", s1 + "/namespaces/2#enable",
+		s1 + "/allowed_hosts/nqn.2014-08.org.nvmexpress:uuid:host1", s1 + "#attr",
+		s2, s2 + "#attr",
+		"ports/1", "ports/1/ana_groups/2", "ports/1/referrals/r1", "ports/2"}
+	if !slices.Equal(got.Made, want) {
+		t.Fatalf("made\n%q\nwant\n%q", got.Made, want)
+	}
+	// And the writes themselves: a namespace's attributes before its
+	// enable, a subsystem's attributes after its allowed hosts.
+	log := strings.Join(w.k.LogStrings(), "\n")
+	for _, pair := range [][2]string{
+		{"namespaces/1/device_path", "namespaces/1/enable"},
+		{"namespaces/1/enable", "namespaces/1/ana_grpid"},
+		{"allowed_hosts/nqn.2014-08.org.nvmexpress:uuid:host1", "s1/attr_model"},
+		{"s2/attr_allow_any_host", "mkdir nvmet/ports/1"},
+	} {
+		if i, j := strings.Index(log, pair[0]), strings.Index(log, pair[1]); i < 0 || j < 0 || i > j {
+			t.Errorf("%s not before %s in:\n%s", pair[0], pair[1], log)
+		}
+	}
+}
