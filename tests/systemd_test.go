@@ -18,10 +18,10 @@ import (
 // TestSystemd installs the project's .deb into Debian images — Debian 12
 // (systemd 252, where the package adds its systemd-252 drop-in), Debian 13
 // (systemd 257: the unit's own Type=notify-reload, no drop-in) and Debian
-// testing (systemd 262, with Debian's nvmetcli) — boots each under qemu
-// with systemd as PID 1 (real udevd, the LIO restore unit of
-// python3-rtslib-fb, and an nvmet.service: the test's own stand-in on 12
-// and 13, nvmetcli upstream's unit running Debian's nvmetcli on testing),
+// testing (systemd 262) — boots each under qemu with systemd as PID 1
+// (real udevd, the LIO restore unit of python3-rtslib-fb, and nvmetcli
+// upstream's nvmet.service running Debian's nvmetcli 0.9: testing's own
+// package, installed from testing on 12 and 13),
 // and runs tests/guest/systemd/e2e-systemd in it: two boots on the same
 // disk per kernel. Each check is a subtest:
 // TestSystemd/<release>/<kernel>/<boot>/<check>.
@@ -209,15 +209,10 @@ func runSystemd(t *testing.T, rel vm.DebianRelease, series, rootTar string, debs
 		"/etc/hostname": {Data: []byte("e2e-systemd\n")},
 		"/etc/fstab":    {Data: []byte("/dev/vda / ext4 rw,errors=remount-ro 0 1\n")},
 	}
-	// nvmet.service restores /etc/nvmet/config.json. Debian's nvmetcli
-	// (testing) ships no unit: the admin's is upstream's, running the
-	// packaged tool. Without the package, the test's stand-in restore.
-	if rel.Nvmetcli() {
-		files["/etc/systemd/system/nvmet.service"] = vm.DiskFile{Src: filepath.Join(g, "nvmetcli.service")}
-	} else {
-		files["/etc/systemd/system/nvmet.service"] = vm.DiskFile{Src: filepath.Join(g, "nvmet.service")}
-		files["/usr/local/sbin/nvmet-restore"] = vm.DiskFile{Src: filepath.Join(g, "nvmet-restore"), Mode: 0o755}
-	}
+	// nvmet.service restores /etc/nvmet/config.json: upstream's unit
+	// running Debian's nvmetcli (its package ships no unit), on every
+	// image.
+	files["/etc/systemd/system/nvmet.service"] = vm.DiskFile{Src: filepath.Join(g, "nvmetcli.service")}
 	disk := filepath.Join(runDir(t), "systemd-"+rel.Name+"-"+k.Release+".img")
 	if err := vm.BuildDisk(disk, rootTar, []*vm.Kernel{k}, nil, files, 2048); err != nil {
 		t.Fatalf("disk image: %v", err)
@@ -225,13 +220,17 @@ func runSystemd(t *testing.T, rel vm.DebianRelease, series, rootTar string, debs
 	defer os.Remove(disk)
 	t.Logf("%s image (%s, systemd %d) for %s ready in %v", rel.Name, rel.Codename, rel.Systemd, k.Release, time.Since(start).Round(time.Millisecond))
 
+	boot2 := []string{"e2e.phase=2", "e2e.late-rdma", "e2e.late-tcp"}
+	if rel.LateDisk {
+		boot2 = append(boot2, "e2e.late-disk")
+	}
 	for _, b := range []struct {
 		name   string
 		append []string
 		checks []string
 	}{
 		{"boot1", []string{"e2e.phase=1"}, []string{"install", "ready", "restored", "reset", "reload", "udev", "watchdog", "kill9", "security"}},
-		{"boot2", []string{"e2e.phase=2", "e2e.late-rdma", "e2e.late-tcp"}, []string{"restore-refused", "boot", "boot-tcp", "udev-tcp", "upgrade", "remove"}},
+		{"boot2", boot2, []string{"restore-refused", "boot", "boot-disk", "boot-tcp", "udev-tcp", "upgrade", "remove"}},
 	} {
 		// The second boot runs whatever the first said: its checks do
 		// not depend on the first's beyond the installed package.

@@ -40,6 +40,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
@@ -283,6 +284,9 @@ func (c *Completer) Complete(ctx context.Context, in rebind.CompletionInput) reb
 	for _, u := range due {
 		err := c.make(u)
 		if err != nil && !errors.Is(err, errAttrs) {
+			if u.kind == kEnable && errors.Is(err, syscall.EROFS) {
+				err = fmt.Errorf("%w: the kernel opens %s read-write as this process, whose unit mounts it read-only: add its directory to ReadWritePaths= in a drop-in (nvmet-rebind(8))", err, u.ns.Device)
+			}
 			c.log().Warn("saved config: object not made", "object", u.id, "source", c.tree.Source, "err", err)
 			out.Missing = append(out.Missing, rebind.Pending{Object: u.id, Waiting: "refused: " + err.Error()})
 			b := min(max(2*c.backoff[u.id], time.Second), 30*time.Second)

@@ -14,14 +14,17 @@ import (
 // SystemdPackages are installed in every image of the systemd test (with
 // their dependencies, by mmdebstrap): systemd as PID 1, udevd, the RDMA and
 // storage tools, and the LIO restore unit (python3-rtslib-fb's
-// rtslib-fb-targetctl.service). nvmetcli is not packaged in Debian 12 nor
-// 13: there the test brings its own restore (DebianRelease.Packages adds
-// Debian's nvmetcli to the testing image).
+// rtslib-fb-targetctl.service). nvmetcli is packaged from Debian testing
+// on: the testing image has it from its own archive, Debian 12's and 13's
+// from testing's (DebianRelease.FromTesting).
 var SystemdPackages = []string{
 	"systemd", "systemd-sysv", "udev", "dbus", "kmod", "procps",
 	"iproute2", "rdma-core", "ibverbs-providers", "nvme-cli",
 	"targetcli-fb", "python3-rtslib-fb",
 }
+
+// testingCodename is Debian testing's: where FromTesting packages come from.
+const testingCodename = "forky"
 
 // rootfsFormat changes whenever the way the image is made changes, so
 // that cached images are rebuilt.
@@ -50,6 +53,14 @@ type DebianRelease struct {
 	Systemd  int      // its systemd's major version (documentation; the guest asks systemctl)
 	Kernel   string   // the kernel series it boots by default: its own release's
 	Packages []string // installed on top of SystemdPackages
+	// FromTesting are installed from Debian testing on an older release
+	// (nvmetcli: packaged from testing on, Architecture: all, depending
+	// only on python3-configshell-fb, which the release has); the rest
+	// stays the release's (APT::Default-Release).
+	FromTesting []string
+	// LateDisk: the second boot's restore also lacks a disk (e2e.late-disk:
+	// a namespace's backing file appears after nvmetcli's restore).
+	LateDisk bool
 	// AllOnly: booted by make test-all (NVMET_REBIND_E2E_ALL=1) or when
 	// NVMET_REBIND_E2E_DISTROS names it, not by make test (its budget).
 	AllOnly bool
@@ -58,7 +69,9 @@ type DebianRelease struct {
 // Nvmetcli tells whether the image has Debian's nvmetcli package: its
 // nvmetcli restores /etc/nvmet/config.json at boot instead of the test's
 // stand-in.
-func (r DebianRelease) Nvmetcli() bool { return slices.Contains(r.Packages, "nvmetcli") }
+func (r DebianRelease) Nvmetcli() bool {
+	return slices.Contains(r.Packages, "nvmetcli") || slices.Contains(r.FromTesting, "nvmetcli")
+}
 
 // DebianReleases are the releases of TestSystemd's images: Debian 12
 // (systemd 252: the unit needs the package's systemd-252 drop-in), Debian
@@ -67,8 +80,8 @@ func (r DebianRelease) Nvmetcli() bool { return slices.Contains(r.Packages, "nvm
 // packaged; on its own 7.2 kernel; in make test-all only: with it, make
 // test took 40 minutes warm, too close to its 45 on a fresh machine).
 var DebianReleases = []DebianRelease{
-	{Name: "debian12", Codename: "bookworm", Systemd: 252, Kernel: "6.1"},
-	{Name: "debian13", Codename: "trixie", Systemd: 257, Kernel: "6.12"},
+	{Name: "debian12", Codename: "bookworm", Systemd: 252, Kernel: "6.1", FromTesting: []string{"nvmetcli"}, LateDisk: true},
+	{Name: "debian13", Codename: "trixie", Systemd: 257, Kernel: "6.12", FromTesting: []string{"nvmetcli"}, LateDisk: true},
 	{Name: "debian-testing", Codename: "forky", Systemd: 262, Kernel: TestingSeries, Packages: []string{"nvmetcli"}, AllOnly: true},
 }
 
@@ -152,8 +165,17 @@ func DebianRootfs(rel DebianRelease) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	pkgs := append(append([]string(nil), SystemdPackages...), rel.Packages...)
+	pkgs := append(append(append([]string(nil), SystemdPackages...), rel.Packages...), rel.FromTesting...)
 	sort.Strings(pkgs)
+	var pin []string
+	if len(rel.FromTesting) > 0 && release != testingCodename {
+		m, _, err := debianMirror()
+		if err != nil {
+			return "", err
+		}
+		sources = append(sources, "deb "+m+" "+testingCodename+" main")
+		pin = []string{`--aptopt=APT::Default-Release "` + release + `"`}
+	}
 	h := sha256.New()
 	fmt.Fprintln(h, rootfsFormat, strings.Join(pkgs, ","), strings.Join(sources, "|"))
 	key := hex.EncodeToString(h.Sum(nil))[:16]
@@ -184,8 +206,8 @@ func DebianRootfs(rel DebianRelease) (string, error) {
 		"--dpkgopt=path-exclude=/usr/share/doc/*",
 		"--dpkgopt=path-include=/usr/share/doc/*/copyright",
 		"--include=" + strings.Join(pkgs, ","),
-		release, tmp,
 	}
+	args = append(append(args, pin...), release, tmp)
 	args = append(args, sources...)
 	if _, err := run("", "mmdebstrap", args...); err != nil {
 		os.Remove(tmp)
