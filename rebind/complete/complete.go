@@ -119,13 +119,12 @@ type unit struct {
 	// before: the units of a subsystem the restore writes before its
 	// attributes (kAttrs).
 	before []string
-	host   *saved.Host
-	sub    *saved.Subsystem
-	ns     *saved.Namespace
-	port   *saved.Port
-	grp    *saved.ANAGroup
-	ref    *saved.Referral
-	name   string // kAllowed: the host
+	ns     *saved.Namespace // kNamespace, kEnable
+	port   *saved.Port      // kPort: its ANA group 1 (made by the kernel)
+	ref    *saved.Referral  // kReferral: its enable
+	name   string           // kAllowed: the host
+	// attrs are the attributes the unit writes in its own directory.
+	attrs []saved.Attr
 }
 
 // units flattens the tree in nvmetcli restore's order.
@@ -133,46 +132,46 @@ func units(t *saved.Tree) []unit {
 	var out []unit
 	for i := range t.Hosts {
 		h := &t.Hosts[i]
-		out = append(out, unit{id: "hosts/" + h.NQN, kind: kHost, host: h})
+		out = append(out, unit{id: "hosts/" + h.NQN, kind: kHost, attrs: h.Attrs})
 	}
 	for i := range t.Subsystems {
 		s := &t.Subsystems[i]
 		sid := "subsystems/" + s.NQN
-		out = append(out, unit{id: sid, kind: kSubsystem, sub: s})
+		out = append(out, unit{id: sid, kind: kSubsystem})
 		var before []string
 		for j := range s.Namespaces {
 			ns := &s.Namespaces[j]
 			nid := sid + "/namespaces/" + strconv.FormatUint(uint64(ns.NSID), 10)
-			out = append(out, unit{id: nid, kind: kNamespace, deps: []string{sid}, sub: s, ns: ns})
+			out = append(out, unit{id: nid, kind: kNamespace, deps: []string{sid}, ns: ns, attrs: ns.Attrs})
 			before = append(before, nid)
 			if ns.Enable {
-				out = append(out, unit{id: nid + "#enable", kind: kEnable, deps: []string{nid}, sub: s, ns: ns})
+				out = append(out, unit{id: nid + "#enable", kind: kEnable, deps: []string{nid}, ns: ns})
 				before = append(before, nid+"#enable")
 			}
 		}
 		for _, h := range s.AllowedHosts {
 			aid := sid + "/allowed_hosts/" + h
-			out = append(out, unit{id: aid, kind: kAllowed, deps: []string{sid, "hosts/" + h}, sub: s, name: h})
+			out = append(out, unit{id: aid, kind: kAllowed, deps: []string{sid, "hosts/" + h}, name: h})
 			before = append(before, aid)
 		}
 		if len(s.Attrs) > 0 {
-			out = append(out, unit{id: sid + "#attr", kind: kAttrs, deps: []string{sid}, sub: s, before: before})
+			out = append(out, unit{id: sid + "#attr", kind: kAttrs, deps: []string{sid}, before: before, attrs: s.Attrs})
 		}
 	}
 	for i := range t.Ports {
 		p := &t.Ports[i]
 		pid := "ports/" + p.ID
-		out = append(out, unit{id: pid, kind: kPort, port: p})
+		out = append(out, unit{id: pid, kind: kPort, port: p, attrs: p.Attrs})
 		for j := range p.ANAGroups {
 			g := &p.ANAGroups[j]
 			if g.GrpID == 1 {
 				continue // the kernel makes group 1 with the port; the port's unit writes it
 			}
-			out = append(out, unit{id: pid + "/ana_groups/" + strconv.FormatUint(uint64(g.GrpID), 10), kind: kANAGroup, deps: []string{pid}, port: p, grp: g})
+			out = append(out, unit{id: pid + "/ana_groups/" + strconv.FormatUint(uint64(g.GrpID), 10), kind: kANAGroup, deps: []string{pid}, attrs: g.Attrs})
 		}
 		for j := range p.Referrals {
 			r := &p.Referrals[j]
-			out = append(out, unit{id: pid + "/referrals/" + r.Name, kind: kReferral, deps: []string{pid}, port: p, ref: r})
+			out = append(out, unit{id: pid + "/referrals/" + r.Name, kind: kReferral, deps: []string{pid}, ref: r, attrs: r.Attrs})
 		}
 	}
 	return out
@@ -465,29 +464,10 @@ func (c *Completer) differsFor(u unit) string {
 	return ""
 }
 
-// attrsOf is what the unit writes as attributes of its own directory.
-func attrsOf(u unit) []saved.Attr {
-	switch u.kind {
-	case kHost:
-		return u.host.Attrs
-	case kNamespace:
-		return u.ns.Attrs
-	case kAttrs:
-		return u.sub.Attrs
-	case kPort:
-		return u.port.Attrs
-	case kANAGroup:
-		return u.grp.Attrs
-	case kReferral:
-		return u.ref.Attrs
-	}
-	return nil
-}
-
 // noteDiffers records, once when first seen, how an object that was there
 // before the completer reads against the file (never changed).
 func (c *Completer) noteDiffers(u unit) {
-	as := attrsOf(u)
+	as := u.attrs
 	if len(as) == 0 || u.kind == kAttrs {
 		return
 	}
@@ -563,11 +543,11 @@ func (c *Completer) make(u unit) error {
 		if err := c.mkdir(dir); err != nil {
 			return err
 		}
-		return c.write(dir, attrsOf(u))
+		return c.write(dir, u.attrs)
 	case kSubsystem:
 		return c.mkdir(dir)
 	case kAttrs:
-		return c.write(dir, u.sub.Attrs)
+		return c.write(dir, u.attrs)
 	case kAllowed:
 		err := c.Ops.Symlink(filepath.Join(c.Root, "nvmet/hosts", u.name), dir)
 		if errors.Is(err, fs.ErrExist) {
@@ -649,7 +629,7 @@ func (c *Completer) describe(u unit) []string {
 			}
 		}
 	default:
-		echo(dir, attrsOf(u))
+		echo(dir, u.attrs)
 	}
 	return out
 }

@@ -219,51 +219,39 @@ func ParseNvmetcliTree(name string, b []byte) (*Tree, []error, error) {
 	if err := json.Unmarshal(b, &f); err != nil {
 		return nil, nil, fmt.Errorf("nvmetcli config %s: %w", name, err)
 	}
-	t := &Tree{Source: name}
 	var errs []error
-	bad := func(what string, i int, err error) {
-		errs = append(errs, fmt.Errorf("nvmetcli config %s: %s[%d]: %w; it is not completed", name, what, i, err))
+	bad := func(what string) func(int, error) {
+		return func(i int, err error) {
+			errs = append(errs, fmt.Errorf("nvmetcli config %s: %s[%d]: %w; it is not completed", name, what, i, err))
+		}
 	}
-	hosts := map[string]bool{}
-	for i, raw := range f.Hosts {
-		h, err := parseHost(raw)
-		if err == nil && hosts[h.NQN] {
-			err = fmt.Errorf("host %s is declared again", h.NQN)
-		}
-		if err != nil {
-			bad("hosts", i, err)
-			continue
-		}
-		hosts[h.NQN] = true
-		t.Hosts = append(t.Hosts, h)
-	}
-	subs := map[string]bool{}
-	for i, raw := range f.Subsystems {
-		s, err := parseSubsystem(raw)
-		if err == nil && subs[s.NQN] {
-			err = fmt.Errorf("subsystem %s is declared again", s.NQN)
-		}
-		if err != nil {
-			bad("subsystems", i, err)
-			continue
-		}
-		subs[s.NQN] = true
-		t.Subsystems = append(t.Subsystems, s)
-	}
-	ports := map[string]bool{}
-	for i, raw := range f.Ports {
-		p, err := parsePort(raw)
-		if err == nil && ports[p.ID] {
-			err = fmt.Errorf("port %s is declared again", p.ID)
-		}
-		if err != nil {
-			bad("ports", i, err)
-			continue
-		}
-		ports[p.ID] = true
-		t.Ports = append(t.Ports, p)
+	t := &Tree{Source: name,
+		Hosts:      entries(f.Hosts, parseHost, func(h Host) string { return "host " + h.NQN }, bad("hosts")),
+		Subsystems: entries(f.Subsystems, parseSubsystem, func(s Subsystem) string { return "subsystem " + s.NQN }, bad("subsystems")),
+		Ports:      entries(f.Ports, parsePort, func(p Port) string { return "port " + p.ID }, bad("ports")),
 	}
 	return t, errs, nil
+}
+
+// entries decodes a list of one kind of entry, in order: one that does not
+// parse, or names (by key) an entry already declared, is reported to bad
+// and left out.
+func entries[T any](raws []json.RawMessage, parse func(json.RawMessage) (T, error), key func(T) string, bad func(int, error)) []T {
+	var out []T
+	seen := map[string]bool{}
+	for i, raw := range raws {
+		v, err := parse(raw)
+		if err == nil && seen[key(v)] {
+			err = fmt.Errorf("%s is declared again", key(v))
+		}
+		if err != nil {
+			bad(i, err)
+			continue
+		}
+		seen[key(v)] = true
+		out = append(out, v)
+	}
+	return out
 }
 
 func parseHost(raw json.RawMessage) (Host, error) {
