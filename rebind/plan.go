@@ -429,7 +429,7 @@ func planEndpoint(d *decision, g *group, obs *Observed, mem Memory, cfg Config) 
 				}
 			}
 			if len(absent) > 0 {
-				it.Reason += fmt.Sprintf("; subsystem(s) %s declared in %s do not exist: not created", strings.Join(absent, ", "), hd.boot.Source)
+				it.Reason += fmt.Sprintf("; subsystem(s) %s declared in %s do not exist", strings.Join(absent, ", "), hd.boot.Source)
 			}
 		}
 		if ep.Kind == KindLIO && !sharing(hd) {
