@@ -211,7 +211,7 @@ func (r *restorer) setupAttrs(dir string, obj map[string]json.RawMessage, groups
 	}
 	if e, ok := obj["enable"]; ok {
 		if err := os.WriteFile(filepath.Join(dir, "enable"), []byte(str(e)), 0); err != nil {
-			panic(stopped{fmt.Errorf("Cannot enable %s: %w (%s)", dir, err, str(e))})
+			panic(stopped{fmt.Errorf("cannot enable %s: %w (%s)", dir, err, str(e))})
 		}
 	}
 }
@@ -221,7 +221,7 @@ func (r *restorer) must(err error) {
 	if err != nil {
 		var le *os.LinkError
 		if errors.As(err, &le) {
-			err = fmt.Errorf("Could not symlink %s in configFS: %w", filepath.Base(le.New), le.Err)
+			err = fmt.Errorf("could not symlink %s in configFS: %w", filepath.Base(le.New), le.Err)
 		}
 		panic(stopped{err})
 	}
