@@ -125,7 +125,7 @@ func NewAt(root string, b Binder) *Fake {
 		enabled: map[string]netip.AddrPort{},
 		nps:     map[netip.AddrPort]*np{},
 	}
-	for _, d := range []string{"nvmet/ports", "nvmet/subsystems", "nvmet/hosts", "target/iscsi"} {
+	for _, d := range []string{"nvmet/ports", "nvmet/subsystems", "nvmet/hosts", "target/iscsi", "target/core"} {
 		k.mkdir(filepath.Join(root, d))
 	}
 	return k
@@ -380,7 +380,7 @@ func (k *Fake) do(w Write, logged bool) error {
 func (k *Fake) doLocked(w Write, logged bool) error {
 	abs := filepath.Clean(w.Path)
 	w.Path = k.rel(abs)
-	if w.Op == "symlink" {
+	if w.Op == "symlink" && !strings.HasPrefix(w.Path, "target/") {
 		w.Value = filepath.Base(w.Value)
 	}
 	if logged && k.Fault != nil {
@@ -393,6 +393,10 @@ func (k *Fake) doLocked(w Write, logged bool) error {
 	case "symlink":
 		if rest, ok := k.allowedHostOf(abs); ok {
 			err = k.allowHost(abs, rest)
+			break
+		}
+		if strings.HasPrefix(k.rel(abs), "target/") {
+			err = k.lioLink(abs, filepath.Clean(w.Value))
 			break
 		}
 		err = k.symlink(abs, filepath.Join(k.Root, "nvmet/subsystems", w.Value))

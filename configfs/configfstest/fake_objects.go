@@ -26,6 +26,10 @@ var objectDefaults = map[string]map[string]string{
 	"port": {"addr_trtype": "", "addr_adrfam": "", "addr_traddr": "", "addr_trsvcid": "", "addr_treq": "not specified",
 		"addr_tsas": "not specified", "param_inline_data_size": "-1", "param_pi_enable": "0"},
 	"ana_group": {"ana_state": "optimized"},
+	// LIO (drivers/target/target_core_configfs.c): a storage object's
+	// control and udev_path are empty, enable 0; wwn/ and attrib/ below.
+	"so":     {"control": "", "udev_path": "", "enable": "0"},
+	"mapped": {"write_protect": "0"},
 	"referral":  {"addr_trtype": "", "addr_adrfam": "", "addr_traddr": "", "addr_trsvcid": "", "addr_treq": "not specified", "enable": "0"},
 }
 
@@ -33,6 +37,9 @@ var objectDefaults = map[string]map[string]string{
 // makes, "" when configfs refuses a directory there.
 func objectKind(rel string) string {
 	p := strings.Split(rel, "/")
+	if len(p) >= 3 && p[0] == "target" {
+		return lioKind(p)
+	}
 	if len(p) < 3 || p[0] != "nvmet" {
 		return ""
 	}
@@ -91,11 +98,84 @@ func (k *Fake) makeObject(abs, kind string) {
 	case "subsystem":
 		k.mkdir(filepath.Join(abs, "namespaces"))
 		k.mkdir(filepath.Join(abs, "allowed_hosts"))
+	case "so":
+		k.mkdir(filepath.Join(abs, "wwn"))
+		writeFile(filepath.Join(abs, "wwn", "vpd_unit_serial"), "T10 VPD Unit Serial Number: 6001405"+strings.Repeat("0", 25))
+		k.mkdir(filepath.Join(abs, "attrib"))
+		writeFile(filepath.Join(abs, "attrib", "emulate_write_cache"), "0")
+		writeFile(filepath.Join(abs, "attrib", "block_size"), "512")
+		if err := os.WriteFile(filepath.Join(abs, "attrib", "hw_block_size"), []byte("512\n"), 0o444); err != nil {
+			panic(err)
+		}
 	case "port":
 		k.mkdir(filepath.Join(abs, "subsystems"))
 		k.mkdir(filepath.Join(abs, "referrals"))
 		k.makeObject(filepath.Join(abs, "ana_groups", "1"), "ana_group")
 	}
+}
+
+// lioKind is objectKind under target/: a backstore (core/<prefix>_<N>),
+// a storage object in it, a TPG's LUN, an ACL's mapped LUN.
+func lioKind(p []string) string {
+	idx := func(s, prefix string) bool {
+		n, ok := strings.CutPrefix(s, prefix)
+		_, err := strconv.ParseUint(n, 10, 16)
+		return ok && err == nil
+	}
+	switch {
+	case len(p) == 3 && p[1] == "core" && strings.Contains(p[2], "_"):
+		return "hba"
+	case len(p) == 4 && p[1] == "core":
+		return "so"
+	case len(p) == 6 && p[4] == "lun" && idx(p[5], "lun_"):
+		return "lun"
+	case len(p) == 7 && p[4] == "acls" && idx(p[6], "lun_"):
+		return "mapped"
+	}
+	return ""
+}
+
+// AddTPG makes target/<fabric>/<wwn>/<tpg> with its lun/ and acls/, and
+// an ACL for each node (as the restore makes them).
+func (k *Fake) AddTPG(fabric, wwn, tpg string, nodes ...string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	dir := filepath.Join(k.Root, "target", fabric, wwn, tpg)
+	k.mkdir(filepath.Join(dir, "lun"))
+	for _, n := range nodes {
+		k.mkdir(filepath.Join(dir, "acls", n))
+	}
+	k.mkdir(filepath.Join(dir, "acls"))
+}
+
+// lioLink links a storage object into a LUN, or a LUN into a mapped LUN.
+func (k *Fake) lioLink(abs, target string) error {
+	lerr := func(e error) error { return &os.LinkError{Op: "symlink", Old: target, New: abs, Err: e} }
+	dir := filepath.Dir(abs)
+	want := map[string]string{"lun": "so", "mapped": "lun"}[objectKind(k.rel(dir))]
+	if want == "" || objectKind(k.rel(target)) != want {
+		return lerr(syscall.EPERM)
+	}
+	if _, err := os.Lstat(target); err != nil {
+		return lerr(syscall.ENOENT)
+	}
+	if want == "so" {
+		if b, _ := os.ReadFile(filepath.Join(target, "enable")); strings.TrimSpace(string(b)) != "1" {
+			return lerr(syscall.ENODEV) // "se_dev not configured"
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) > 0 && want == "so" {
+		for _, e := range ents {
+			if e.Type()&fs.ModeSymlink != 0 {
+				return lerr(syscall.EEXIST)
+			}
+		}
+	}
+	if err := os.Symlink(target, abs); err != nil {
+		return err
+	}
+	k.addChild(abs)
+	return nil
 }
 
 // allowedHostOf tells whether abs is subsystems/<nqn>/allowed_hosts/<host>.
@@ -140,6 +220,38 @@ func (k *Fake) writeObject(abs, v string) (error, bool) {
 		return strings.TrimSpace(string(b))
 	}
 	switch kind {
+	case "so":
+		switch filepath.Base(abs) {
+		case "control":
+			// The kernel parses each write's key=value pairs into the
+			// device's parameters (a key written again is set again); the
+			// fake keeps them in the file, each key once, first-set order.
+			var keys []string
+			val := map[string]string{}
+			for _, kv := range strings.Split(read("control")+","+v, ",") {
+				key, _, _ := strings.Cut(kv, "=")
+				if key == "" {
+					continue
+				}
+				if _, ok := val[key]; !ok {
+					keys = append(keys, key)
+				}
+				val[key] = kv
+			}
+			out := make([]string, len(keys))
+			for i, key := range keys {
+				out[i] = val[key]
+			}
+			writeFile(abs, strings.Join(out, ","))
+			return nil, true
+		case "enable":
+			if v != "1" || read("enable") == "1" {
+				return werr(syscall.EINVAL), true
+			}
+			if _, err := os.Stat(read("udev_path")); err != nil || read("control") == "" {
+				return werr(syscall.EINVAL), true
+			}
+		}
 	case "namespace":
 		name := filepath.Base(abs)
 		if name == "enable" {

@@ -110,10 +110,16 @@ const (
 	kPort
 	kANAGroup
 	kReferral
+	kSO     // a LIO storage object (targetcli's file)
+	kLUN    // a TPG's LUN, linking a storage object
+	kMapped // a node ACL's mapped LUN, linking a TPG's LUN
 )
 
 type unit struct {
-	id   string // the path under nvmet/, #enable and #attr for the two-step objects
+	// id names the unit: nvmetcli's objects by their path under nvmet/
+	// (#enable, #attr: the two-step objects), LIO's under target/
+	// (target/core/<plugin>/<name> for a storage object).
+	id   string
 	kind int
 	deps []string
 	// before: the units of a subsystem the restore writes before its
@@ -125,10 +131,31 @@ type unit struct {
 	name   string           // kAllowed: the host
 	// attrs are the attributes the unit writes in its own directory.
 	attrs []saved.Attr
+	// dir is the object's directory under the configfs root ("" for a
+	// storage object: its backstore's index is found, or chosen, then).
+	dir    string
+	so     *saved.StorageObject // kSO
+	lun    *saved.LUN           // kLUN
+	mapped *saved.MappedLUN     // kMapped
+	parent string               // kLUN, kMapped: the TPG or ACL the restore makes
 }
 
-// units flattens the tree in nvmetcli restore's order.
+// units flattens the tree in the restores' order: nvmetcli's, then
+// rtslib's storage objects, LUNs and mapped LUNs.
 func units(t *saved.Tree) []unit {
+	out := nvmetUnits(t)
+	for i := range out {
+		id, _, _ := strings.Cut(out[i].id, "#")
+		out[i].dir = "nvmet/" + id
+	}
+	if t.LIO != nil {
+		out = append(out, lioUnits(t.LIO)...)
+	}
+	return out
+}
+
+// nvmetUnits flattens nvmetcli's tree in its restore's order.
+func nvmetUnits(t *saved.Tree) []unit {
 	var out []unit
 	for i := range t.Hosts {
 		h := &t.Hosts[i]
@@ -177,10 +204,13 @@ func units(t *saved.Tree) []unit {
 	return out
 }
 
-// path is the unit's object in configfs.
-func (c *Completer) path(id string) string {
-	id, _, _ = strings.Cut(id, "#")
-	return filepath.Join(c.Root, "nvmet", id)
+// path is the unit's object in configfs ("" for a storage object not
+// there).
+func (c *Completer) path(u unit) string {
+	if u.kind == kSO {
+		return c.soDir(u.so.Plugin, u.so.Name)
+	}
+	return filepath.Join(c.Root, u.dir)
 }
 
 func (c *Completer) log() *slog.Logger {
@@ -203,6 +233,9 @@ func (c *Completer) Complete(ctx context.Context, in rebind.CompletionInput) reb
 		return out
 	}
 	out.Source = c.tree.Source
+	if c.tree.LIO != nil {
+		out.Source = strings.TrimPrefix(out.Source+", "+c.tree.LIO.Source, ", ")
+	}
 	var errs []error
 	if err := c.loadRecord(in); err != nil {
 		errs = append(errs, err)
@@ -238,7 +271,7 @@ func (c *Completer) Complete(ctx context.Context, in rebind.CompletionInput) reb
 			out.Missing = append(out.Missing, rebind.Pending{Object: u.id, Waiting: "not made: the boot window closed at " + c.until.Format(time.DateTime)})
 			continue
 		}
-		if u.kind == kEnable {
+		if u.kind == kEnable || u.kind == kSO {
 			if w, again := c.device(u); w != "" {
 				out.Missing = append(out.Missing, rebind.Pending{Object: u.id, Waiting: w})
 				waiting = waiting || again
@@ -357,6 +390,11 @@ func (r *round) hasID(id string) bool {
 	}
 	u, ok := r.units[id]
 	if !ok {
+		// A storage object a LUN names that is not the completer's (a
+		// ramdisk, pscsi, user backstore; or one not declared): there or not.
+		if plugin, name, ok := soID(id); ok {
+			return r.c.soDir(plugin, name) != ""
+		}
 		return false
 	}
 	v, _ := r.has(u)
@@ -367,6 +405,11 @@ func (r *round) hasID(id string) bool {
 // depends on is missing. A dependency the admin removed makes it gone with
 // it (returned with a leading "-": not reported).
 func (r *round) blocked(u unit) string {
+	if u.parent != "" {
+		if st, err := r.c.Ops.Lstat(filepath.Join(r.c.Root, u.parent)); err != nil || !st.IsDir() {
+			return "waiting for " + u.parent + " (the restore makes it)"
+		}
+	}
 	for _, d := range u.deps {
 		if r.hasID(d) {
 			continue
@@ -383,7 +426,7 @@ func (r *round) blocked(u unit) string {
 func (c *Completer) present(u unit, r *round) (bool, error) {
 	switch u.kind {
 	case kEnable:
-		a := c.Ops.ReadAttrs([]string{c.path(u.id)}, []string{"enable"})[0]
+		a := c.Ops.ReadAttrs([]string{c.path(u)}, []string{"enable"})[0]
 		if a.Err != nil || a.Errs[0] != nil {
 			return false, nil
 		}
@@ -398,8 +441,10 @@ func (c *Completer) present(u unit, r *round) (bool, error) {
 			}
 		}
 		return true, nil
+	case kSO:
+		return c.path(u) != "", nil
 	}
-	st, err := c.Ops.Lstat(c.path(u.id))
+	st, err := c.Ops.Lstat(c.path(u))
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
@@ -417,7 +462,12 @@ func (c *Completer) present(u unit, r *round) (bool, error) {
 // file backend). again: worth another look soon (udev may be about to
 // make the path).
 func (c *Completer) device(u unit) (string, bool) {
-	p := u.ns.Device
+	var p string
+	if u.kind == kSO {
+		p = u.so.Dev
+	} else {
+		p = u.ns.Device
+	}
 	if p == "" {
 		return "refused: the file declares no device_path", false
 	}
@@ -440,6 +490,8 @@ func (c *Completer) device(u unit) (string, bool) {
 		}
 	}
 	switch m := st.Mode(); {
+	case u.kind == kSO && u.so.Plugin == "block" && m.IsRegular():
+		return "refused: " + p + " is a file, not a block device (a block backstore)", false
 	case m&fs.ModeDevice != 0 && m&fs.ModeCharDevice == 0, m.IsRegular():
 		return "", false
 	case m&fs.ModeCharDevice != 0:
@@ -454,7 +506,7 @@ func (c *Completer) device(u unit) (string, bool) {
 // differsFor says how a namespace that exists differs from the file where
 // enabling it would act on another device than the declared one.
 func (c *Completer) differsFor(u unit) string {
-	a := c.Ops.ReadAttrs([]string{c.path(u.id)}, []string{"device_path"})[0]
+	a := c.Ops.ReadAttrs([]string{c.path(u)}, []string{"device_path"})[0]
 	if a.Err != nil || a.Errs[0] != nil || c.making[strings.TrimSuffix(u.id, "#enable")] {
 		return ""
 	}
@@ -471,7 +523,7 @@ func (c *Completer) noteDiffers(u unit) {
 	if len(as) == 0 || u.kind == kAttrs {
 		return
 	}
-	if d := c.diff(c.path(u.id), as); d != "" {
+	if d := c.diff(c.path(u), as); d != "" {
 		c.differs[u.id] = d
 	}
 }
@@ -537,8 +589,12 @@ func (c *Completer) mkdir(dir string) error {
 
 // make makes one unit.
 func (c *Completer) make(u unit) error {
-	dir := c.path(u.id)
+	dir := c.path(u)
 	switch u.kind {
+	case kSO:
+		return c.makeSO(u.so)
+	case kLUN, kMapped:
+		return c.makeLink(u)
 	case kHost, kNamespace, kANAGroup:
 		if err := c.mkdir(dir); err != nil {
 			return err
@@ -597,7 +653,7 @@ func unwrapAttrs(err error) error {
 
 // describe is what make would write, for `plan`.
 func (c *Completer) describe(u unit) []string {
-	dir := c.path(u.id)
+	dir := c.path(u)
 	var out []string
 	echo := func(d string, as []saved.Attr) {
 		for _, a := range as {
@@ -605,8 +661,13 @@ func (c *Completer) describe(u unit) []string {
 		}
 	}
 	switch u.kind {
-	case kHost, kNamespace, kANAGroup, kSubsystem, kPort, kReferral:
+	case kHost, kNamespace, kANAGroup, kSubsystem, kPort, kReferral, kLUN, kMapped:
 		out = append(out, "mkdir "+dir)
+	case kSO:
+		return c.describeSO(u.so)
+	}
+	if u.kind == kLUN || u.kind == kMapped {
+		return append(out, "ln -s "+c.linkTarget(u)+" "+filepath.Join(dir, c.alias(u)))
 	}
 	switch u.kind {
 	case kAllowed:

@@ -333,9 +333,12 @@ func TestCompleteCrashAtEveryWrite(t *testing.T) {
 }
 
 // snapshot renders the nvmet tree: every path, attribute values, links.
-func snapshot(t *testing.T, w *world) string {
+func snapshot(t *testing.T, w *world) string { return snapshotRoot(t, w, "nvmet") }
+
+// snapshotRoot renders the tree under top (nvmet, target).
+func snapshotRoot(t *testing.T, w *world, top string) string {
 	var b strings.Builder
-	root := w.nvmet("")
+	root := filepath.Join(w.k.Root, top)
 	err := filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
 		if err != nil {
 			return err
@@ -344,6 +347,9 @@ func snapshot(t *testing.T, w *world) string {
 		switch {
 		case fi.Mode()&os.ModeSymlink != 0:
 			l, _ := os.Readlink(p)
+			if filepath.IsAbs(l) {
+				l, _ = filepath.Rel(w.k.Root, l)
+			}
 			fmt.Fprintf(&b, "%s -> %s\n", rel, l)
 		case fi.Mode().IsRegular():
 			v, _ := os.ReadFile(p)
@@ -411,4 +417,147 @@ func TestCompleteOrder(t *testing.T) {
 			t.Errorf("%s not before %s in:\n%s", pair[0], pair[1], log)
 		}
 	}
+}
+
+// targetcli's file: rtslib's restore skipped a fileio storage object whose
+// file was missing, and failed its LUN and mapped LUN; the one whose file
+// was there it made. Once the file comes, the storage object is made in a
+// backstore of its own (the lowest free index), enabled, and linked into
+// its LUN, the LUN into the mapped LUN; what the restore made is left.
+func TestCompleteLIOStorageObjectLUNs(t *testing.T) {
+	w := newWorld(t)
+	lioWorld(t, w)
+	const iqn, node = "iqn.2024-01.io.t:tgt", "iqn.2024-01.io.t:host"
+	f1 := filepath.Join(w.dir, "f1.img")
+	core := filepath.Join(w.k.Root, "target/core")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := w.completer()
+	got := w.run(c, true)
+	m := missing(got)
+	lun1, map1 := "target/iscsi/"+iqn+"/tpgt_1/lun/lun_1", "target/iscsi/"+iqn+"/tpgt_1/acls/"+node+"/lun_1"
+	if m["target/core/fileio/f1"] != "waiting for "+f1 || m[lun1] != "waiting for target/core/fileio/f1" || m[map1] != "waiting for "+lun1 || len(m) != 3 {
+		t.Fatalf("missing = %v", m)
+	}
+	if len(w.k.Log()) != 0 {
+		t.Fatalf("wrote before f1's file exists: %v", w.k.LogStrings())
+	}
+	must(os.WriteFile(f1, nil, 0o600))
+	got = w.run(c, true)
+	if len(got.Missing) != 0 || !slices.Equal(got.Made, []string{"target/core/fileio/f1", lun1, map1}) {
+		t.Fatalf("made %v, missing %v", got.Made, got.Missing)
+	}
+	so := filepath.Join(core, "fileio_1/f1")
+	for p, want := range map[string]string{"control": "fd_dev_name=" + f1 + ",fd_dev_size=1048576,fd_buffered_io=1", "udev_path": f1, "enable": "1",
+		"attrib/block_size": "4096", "attrib/emulate_write_cache": "1", "wwn/vpd_unit_serial": "bbb"} {
+		b, err := os.ReadFile(filepath.Join(so, p))
+		if err != nil || strings.TrimSpace(string(b)) != want {
+			t.Errorf("f1 %s = %q, %v; want %q", p, b, err, want)
+		}
+	}
+	if l, err := os.Readlink(filepath.Join(w.k.Root, lun1, "a1")); err != nil || l != so {
+		t.Errorf("lun_1/a1 -> %q, %v; want %s", l, err, so)
+	}
+	if l, err := os.Readlink(filepath.Join(w.k.Root, map1, "m1")); err != nil || l != filepath.Join(w.k.Root, lun1) {
+		t.Errorf("mapped lun_1/m1 -> %q, %v", l, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(w.k.Root, map1, "write_protect")); strings.TrimSpace(string(b)) != "1" {
+		t.Errorf("write_protect = %q", b)
+	}
+	for _, wr := range w.k.Log() {
+		if strings.Contains(wr.Path, "fileio_0") || strings.Contains(wr.Path, "lun_0") || strings.Contains(wr.Path, "hw_block_size") {
+			t.Errorf("wrote %s", wr)
+		}
+	}
+}
+
+// A crash at any write of a LIO completion: the next start ends with the
+// tree an uninterrupted one makes (the same backstore index, one link).
+func TestCompleteLIOCrashAtEveryWrite(t *testing.T) {
+	ref := newWorld(t)
+	lioWorld(t, ref)
+	if err := os.WriteFile(filepath.Join(ref.dir, "f1.img"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ref.run(ref.completer(), true)
+	want := snapshotRoot(t, ref, "target")
+	writes := len(ref.k.Log())
+	if writes < 8 {
+		t.Fatalf("only %d writes", writes)
+	}
+	for n := range writes {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			w := newWorld(t)
+			w.dir = ref.dir
+			lioWorld(t, w)
+			w.k.Fault = func(i int, _ configfstest.Write) error {
+				if i == n {
+					panic("crash")
+				}
+				return nil
+			}
+			func() {
+				defer func() { _ = recover() }()
+				w.run(w.completer(), true)
+				t.Fatalf("no crash at write %d", n)
+			}()
+			w.k.Fault = nil
+			if got := w.run(w.completer(), true); len(got.Missing) != 0 {
+				t.Fatalf("after the restart: missing %v", got.Missing)
+			}
+			if s := snapshotRoot(t, w, "target"); s != want {
+				t.Fatalf("after a crash at write %d (%s):\n%s\nwant\n%s", n, ref.k.Log()[n], s, want)
+			}
+		})
+	}
+}
+
+// lioWorld declares targetcli's file in w and leaves what rtslib's restore
+// leaves when f1's file is missing: f0 in fileio_0 with its LUN and mapped
+// LUN, the TPG and its ACL, nothing of f1.
+func lioWorld(t *testing.T, w *world) {
+	t.Helper()
+	const iqn, node = "iqn.2024-01.io.t:tgt", "iqn.2024-01.io.t:host"
+	f0, f1 := filepath.Join(w.dir, "f0.img"), filepath.Join(w.dir, "f1.img")
+	w.k.ResetLog()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(f0, nil, 0o600))
+	lio, errs, err := saved.ParseSaveconfigTree("saveconfig.json", []byte(fmt.Sprintf(`{
+ "storage_objects": [
+  {"plugin": "fileio", "name": "f0", "dev": %q, "size": 1048576, "write_back": false, "wwn": "aaa", "attributes": {"block_size": 512, "hw_block_size": 512}},
+  {"plugin": "fileio", "name": "f1", "dev": %q, "size": 1048576, "write_back": true, "wwn": "bbb", "attributes": {"block_size": 4096, "hw_block_size": 512}},
+  {"plugin": "ramdisk", "name": "r0", "size": 1048576}],
+ "targets": [{"fabric": "iscsi", "wwn": %q, "tpgs": [{"tag": 1,
+   "luns": [{"index": 0, "storage_object": "/backstores/fileio/f0", "alias": "a0"}, {"index": 1, "storage_object": "/backstores/fileio/f1", "alias": "a1"}],
+   "node_acls": [{"node_wwn": %q, "mapped_luns": [{"index": 0, "tpg_lun": 0, "write_protect": false}, {"index": 1, "tpg_lun": 1, "write_protect": true, "alias": "m1"}]}]}]}]}`, f0, f1, iqn, node)))
+	must(err)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	w.tree = &saved.Tree{LIO: lio}
+	// What rtslib's restore left: f0 in fileio_0 with its LUN and mapped
+	// LUN; the TPG and ACL; nothing of f1.
+	w.k.AddTPG("iscsi", iqn, "tpgt_1", node)
+	a := w.k.Admin()
+	core := filepath.Join(w.k.Root, "target/core")
+	tpg := filepath.Join(w.k.Root, "target/iscsi", iqn, "tpgt_1")
+	must(a.Mkdir(filepath.Join(core, "fileio_0")))
+	must(a.Mkdir(filepath.Join(core, "fileio_0/f0")))
+	must(a.WriteAttr(filepath.Join(core, "fileio_0/f0/control"), "fd_dev_name="+f0+",fd_dev_size=1048576"))
+	must(a.WriteAttr(filepath.Join(core, "fileio_0/f0/udev_path"), f0))
+	must(a.WriteAttr(filepath.Join(core, "fileio_0/f0/enable"), "1"))
+	must(a.Mkdir(filepath.Join(tpg, "lun/lun_0")))
+	must(a.Symlink(filepath.Join(core, "fileio_0/f0"), filepath.Join(tpg, "lun/lun_0/a0")))
+	must(a.Mkdir(filepath.Join(tpg, "acls", node, "lun_0")))
+	must(a.Symlink(filepath.Join(tpg, "lun/lun_0"), filepath.Join(tpg, "acls", node, "lun_0/x")))
+
 }

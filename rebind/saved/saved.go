@@ -262,20 +262,41 @@ func Load(cfg rebind.Config) ([]rebind.Declared, error) {
 	return out, errors.Join(errs...)
 }
 
-// LoadTree reads every object of the nvmetcli config cfg names (nil when
-// it names none or the file does not exist), with the errors of its bad
-// entries, as Load reads its ports.
+// LoadTree reads every object the saved configs cfg names declare for
+// boot completion to make: nvmetcli's whole tree, targetcli's storage
+// objects, LUNs and mapped LUNs (nil when it names none, or none exists),
+// with the errors of their bad entries, as Load reads their listeners.
 func LoadTree(cfg rebind.Config) (*Tree, error) {
-	if cfg.NvmetConfig == "" {
-		return nil, nil
+	var t *Tree
+	var errs []error
+	get := func() *Tree {
+		if t == nil {
+			t = &Tree{}
+		}
+		return t
 	}
-	b, err := read("nvmetcli config", cfg.NvmetConfig)
-	if err != nil || b == nil {
-		return nil, err
+	if cfg.NvmetConfig != "" {
+		b, err := read("nvmetcli config", cfg.NvmetConfig)
+		errs = append(errs, err)
+		if b != nil {
+			n, bad, err := ParseNvmetcliTree(cfg.NvmetConfig, b)
+			errs = append(append(errs, err), bad...)
+			if n != nil {
+				n.LIO = get().LIO
+				t = n
+			}
+		}
 	}
-	t, bad, err := ParseNvmetcliTree(cfg.NvmetConfig, b)
-	if err != nil {
-		return nil, err
+	if cfg.TargetConfig != "" {
+		b, err := read("targetcli config", cfg.TargetConfig)
+		errs = append(errs, err)
+		if b != nil {
+			l, bad, err := ParseSaveconfigTree(cfg.TargetConfig, b)
+			errs = append(append(errs, err), bad...)
+			if l != nil {
+				get().LIO = l
+			}
+		}
 	}
-	return t, errors.Join(bad...)
+	return t, errors.Join(errs...)
 }

@@ -75,6 +75,8 @@ type Tree struct {
 	Hosts      []Host
 	Subsystems []Subsystem
 	Ports      []Port
+	// LIO is what targetcli's saved config declares (nil: none named).
+	LIO *LIOTree
 }
 
 // Kernel limits the tree is checked against (nvmet: NVMET_MAX_ANAGRPS is

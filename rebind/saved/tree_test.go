@@ -94,3 +94,41 @@ func TestParseNvmetcliTreeHostile(t *testing.T) {
 		})
 	}
 }
+
+// targetcli's storage objects, LUNs and mapped LUNs; hostile entries named
+// and left out.
+func TestParseSaveconfigTree(t *testing.T) {
+	t.Parallel()
+	b := `{"storage_objects": [
+  {"plugin": "block", "name": "b0", "dev": "/dev/vg/lv0", "wwn": "w0", "readonly": false, "write_back": false, "attributes": {"emulate_tpu": 1}},
+  {"plugin": "fileio", "name": "f0", "dev": "/srv/f0.img", "size": 1048576, "write_back": true},
+  {"plugin": "block", "name": "bad/name", "dev": "/dev/x"},
+  {"plugin": "block", "name": "b1", "dev": "dev/relative"},
+  {"plugin": "block", "name": "b2", "dev": "/dev/a,udev_path=/etc/shadow"},
+  {"plugin": "block", "name": "b0", "dev": "/dev/vg/lv9"}],
+ "targets": [
+  {"fabric": "iscsi", "wwn": "iqn.t", "tpgs": [{"tag": 1, "luns": [{"index": 0, "storage_object": "/backstores/block/b0"}],
+    "node_acls": [{"node_wwn": "iqn.i", "mapped_luns": [{"index": 3, "tpg_lun": 0, "write_protect": true}]}]}]},
+  {"fabric": "iscsi", "wwn": "iqn.u", "tpgs": [{"tag": 1, "luns": [{"index": 0, "storage_object": "../../etc"}]}]}]}`
+	tr, errs, err := saved.ParseSaveconfigTree("s.json", []byte(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.StorageObjects) != 2 || tr.StorageObjects[0].Key() != "block/b0" || tr.StorageObjects[1].Size != 1048576 || !tr.StorageObjects[1].WriteBack {
+		t.Errorf("storage objects = %+v", tr.StorageObjects)
+	}
+	if len(tr.TPGs) != 1 || tr.TPGs[0].Dir() != "target/iscsi/iqn.t/tpgt_1" || tr.TPGs[0].LUNs[0].SO != "block/b0" ||
+		tr.TPGs[0].ACLs[0].MappedLUNs[0] != (saved.MappedLUN{Index: 3, TPGLUN: 0, WriteProtect: true}) {
+		t.Errorf("TPGs = %+v", tr.TPGs)
+	}
+	all := ""
+	for _, e := range errs {
+		all += e.Error() + "\n"
+	}
+	for _, want := range []string{"storage_objects[2]: storage object name \"bad/name\" contains '/'", "storage_objects[3]: storage object block/b1: dev \"dev/relative\" is not an absolute path",
+		"storage_objects[4]", "storage_objects[5]: storage object block/b0 is declared again", "targets[1]: target iqn.u tpg 1: lun 0: storage_object \"../../etc\""} {
+		if !strings.Contains(all, want) {
+			t.Errorf("errors lack %q:\n%s", want, all)
+		}
+	}
+}
