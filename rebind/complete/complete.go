@@ -319,7 +319,7 @@ func (c *Completer) Complete(ctx context.Context, in rebind.CompletionInput) reb
 			if u.kind == kEnable && errors.Is(err, syscall.EROFS) {
 				err = fmt.Errorf("%w: the kernel opens %s read-write as this process, whose unit mounts it read-only: add its directory to ReadWritePaths= in a drop-in (nvmet-rebind(8))", err, u.ns.Device)
 			}
-			c.log().Warn("saved config: object not made", "object", u.id, "source", c.tree.Source, "err", err)
+			c.log().Warn("saved config: object not made", "object", u.id, "source", out.Source, "err", err)
 			out.Missing = append(out.Missing, rebind.Pending{Object: u.id, Waiting: "refused: " + err.Error()})
 			b := min(max(2*c.backoff[u.id], time.Second), 30*time.Second)
 			c.backoff[u.id], c.retry[u.id] = b, in.Now.Add(b)
@@ -329,9 +329,9 @@ func (c *Completer) Complete(ctx context.Context, in rebind.CompletionInput) reb
 		}
 		if err != nil {
 			c.differs[u.id] = err.Error()
-			c.log().Warn("saved config: object made, some attributes refused", "object", u.id, "source", c.tree.Source, "err", err)
+			c.log().Warn("saved config: object made, some attributes refused", "object", u.id, "source", out.Source, "err", err)
 		} else {
-			c.log().Info("saved config: object made", "object", u.id, "source", c.tree.Source)
+			c.log().Info("saved config: object made", "object", u.id, "source", out.Source)
 		}
 		delete(c.making, u.id)
 		delete(c.retry, u.id)

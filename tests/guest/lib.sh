@@ -390,12 +390,21 @@ cleanup_all() {
 			echo 0 >"$_np/iser" 2>/dev/null
 			rmdir "$_np"
 		done
+		# Mapped LUNs link the TPG's LUNs: they go first.
+		for _a in "$_tpg"/acls/*; do
+			[ -d "$_a" ] || continue
+			for _m in "$_a"/lun_*; do
+				[ -d "$_m" ] || continue
+				for _s in "$_m"/*; do [ -L "$_s" ] && rm "$_s"; done
+				rmdir "$_m"
+			done
+			rmdir "$_a"
+		done
 		for _l in "$_tpg"/lun/lun_*; do
 			[ -d "$_l" ] || continue
 			for _s in "$_l"/*; do [ -L "$_s" ] && rm "$_s"; done
 			rmdir "$_l"
 		done
-		for _a in "$_tpg"/acls/*; do [ -d "$_a" ] && rmdir "$_a"; done
 		rmdir "$_tpg"
 	done
 	for _i in $T/iscsi/iqn.* $T/iscsi/eui.*; do [ -d "$_i" ] && rmdir "$_i"; done
