@@ -1,6 +1,7 @@
 package rebind_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 )
 
 // At boot the restore's links were refused (no address yet): the port
@@ -138,5 +140,35 @@ func TestSavedConfigReadAtReload(t *testing.T) {
 		if it.ID == "7" {
 			t.Errorf("after the reload port 7 is still declared: %+v", it)
 		}
+	}
+}
+
+// stubCompleter answers what it is told to.
+type stubCompleter struct{ again time.Duration }
+
+func (s *stubCompleter) Complete(context.Context, rebind.CompletionInput) rebind.Completion {
+	return rebind.Completion{Again: s.again}
+}
+
+// WaitsForDevice follows the last round's completion: a block device's
+// event is worth a round only while an object waits for a device path.
+func TestWaitsForDevice(t *testing.T) {
+	w := newWorld(t)
+	c := &stubCompleter{again: time.Second}
+	e := rebind.New(rebind.Options{Tree: w.k.FS(), Kernel: w.k, Config: w.cfg, Now: w.clk.now, Completer: c})
+	if e.WaitsForDevice() {
+		t.Fatal("waits before any round")
+	}
+	w.reconcile(e)
+	if !e.WaitsForDevice() {
+		t.Fatal("does not wait while the completion asks to look again")
+	}
+	if next := e.Snapshot().Next; next.IsZero() || next.After(w.clk.now().Add(time.Second)) {
+		t.Errorf("next look %v, want within the completion's second", next)
+	}
+	c.again = 0
+	w.reconcile(e)
+	if e.WaitsForDevice() {
+		t.Fatal("still waits once nothing does")
 	}
 }

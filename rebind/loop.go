@@ -74,8 +74,10 @@ type Engine struct {
 	wake    *wakeups // when endpoints are decided again by the clock
 	results map[Key]Outcome
 	stats   Stats
-	// completion is the last round's boot completion of objects.
-	completion Completion
+	// completion is the last round's boot completion of objects;
+	// waitsDevice whether it waits for a device path (WaitsForDevice).
+	completion  Completion
+	waitsDevice atomic.Bool
 
 	snap atomic.Pointer[Snapshot] // published once per round
 	// saved is what the saved configs declared when the loop last read
@@ -207,7 +209,12 @@ func (e *Engine) complete(ctx context.Context, reread bool) {
 	now := e.opt.Now()
 	e.completion = e.opt.Completer.Complete(ctx, CompletionInput{Config: e.cfg, Reload: reread,
 		Open: now.Before(e.bootUntil), DryRun: e.opt.DryRun, Now: now})
+	e.waitsDevice.Store(e.completion.Again > 0)
 }
+
+// WaitsForDevice tells whether the last round's boot completion waits for
+// a device path to appear (a block device's event is then worth a round).
+func (e *Engine) WaitsForDevice() bool { return e.waitsDevice.Load() }
 
 // Reconcile is one round: observe → select the endpoints to decide →
 // plan them → apply the heals → verify over a fresh observation → learn →

@@ -38,6 +38,9 @@ type Hint struct {
 	// Configfs: a module whose configfs tree the daemon reads was loaded
 	// or unloaded (the tree appears or vanishes without inotify events).
 	Configfs bool
+	// Disk: a block device was added or changed: boot completion may be
+	// waiting for it (a namespace's or a storage object's device path).
+	Disk bool
 }
 
 // Event is one kernel uevent datagram: "ACTION@DEVPATH\0KEY=VALUE\0...".
@@ -98,10 +101,17 @@ var ConfigfsModules = map[string]bool{
 // device (SUBSYSTEM=infiniband) or a netdev (SUBSYSTEM=net) added, removed or
 // renamed; or whether it changes configfs without an inotify event: one of
 // ConfigfsModules loaded or unloaded (SUBSYSTEM=module, Hint.Configfs).
-// infiniband_verbs, infiniband_mad, other modules and the rest are not.
+// infiniband_verbs, infiniband_mad, other modules and the rest are not. A
+// block device added or changed is too, as a Disk hint (boot completion
+// may be waiting for it).
 func Relevant(e Event) (Hint, bool) {
 	switch e.Subsystem {
 	case "infiniband", "net":
+	case "block":
+		if e.Action == "add" || e.Action == "change" {
+			return Hint{Source: SourceUevent, Reason: "block " + e.Action + " " + e.Name, Disk: true}, true
+		}
+		return Hint{}, false
 	case "module":
 		if (e.Action == "add" || e.Action == "remove") && ConfigfsModules[e.Name] {
 			return Hint{Source: SourceUevent, Reason: "module " + e.Action + " " + e.Name, Configfs: true}, true

@@ -98,5 +98,6 @@ func readUevents(ctx context.Context, conn Conn, poke func(Hint), st *counters) 
 
 func watchedSubsystem(msg []byte) bool {
 	return bytes.Contains(msg, []byte("\x00SUBSYSTEM=infiniband\x00")) ||
-		bytes.Contains(msg, []byte("\x00SUBSYSTEM=net\x00"))
+		bytes.Contains(msg, []byte("\x00SUBSYSTEM=net\x00")) ||
+		bytes.Contains(msg, []byte("\x00SUBSYSTEM=block\x00"))
 }

@@ -36,8 +36,13 @@ func (w *watcher) Run(ctx context.Context) error {
 	return err
 }
 
-// hint is what an event does: the engine looks again.
+// hint is what an event does: the engine looks again. A block device's
+// event only when boot completion waits for a device (a disk's media
+// change every few seconds must not cost a round each).
 func (d *daemon) hint(h udev.Hint) {
+	if h.Disk && !d.env.Engine.WaitsForDevice() {
+		return
+	}
 	d.log.Debug("event", "source", h.Source, "reason", h.Reason, "resync", h.Resync, "configfs", h.Configfs)
 	if d.env.Model != nil && (h.Configfs || h.Resync) {
 		// A configfs module loaded or unloaded (its tree appears or
