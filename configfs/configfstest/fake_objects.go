@@ -28,9 +28,9 @@ var objectDefaults = map[string]map[string]string{
 	"ana_group": {"ana_state": "optimized"},
 	// LIO (drivers/target/target_core_configfs.c): a storage object's
 	// control and udev_path are empty, enable 0; wwn/ and attrib/ below.
-	"so":     {"control": "", "udev_path": "", "enable": "0"},
-	"mapped": {"write_protect": "0"},
-	"referral":  {"addr_trtype": "", "addr_adrfam": "", "addr_traddr": "", "addr_trsvcid": "", "addr_treq": "not specified", "enable": "0"},
+	"so":       {"control": "", "udev_path": "", "enable": "0"},
+	"mapped":   {"write_protect": "0"},
+	"referral": {"addr_trtype": "", "addr_adrfam": "", "addr_traddr": "", "addr_trsvcid": "", "addr_treq": "not specified", "enable": "0"},
 }
 
 // objectKind tells what kind of object mkdir of rel (under the root)
