@@ -293,14 +293,26 @@ func TestCompleteHostileDevice(t *testing.T) {
 // (same boot, the record as the crash left it) ends with the tree an
 // uninterrupted completion makes.
 func TestCompleteCrashAtEveryWrite(t *testing.T) {
+	crashAtEveryWrite(t, "nvmet", 20, func(w *world) { w.stoppedRestore() }, func(w *world) {
+		w.plug(1)
+		w.plug(2)
+	})
+}
+
+// crashAtEveryWrite crashes a completion at each of its writes in turn
+// (the fake kernel panics there: nothing after it runs), then starts
+// again with the record as the crash left it: the tree under top must end
+// as an uninterrupted completion leaves it. setup leaves what the restore
+// left; plug makes the disks (in the reference world's directory, shared).
+func crashAtEveryWrite(t *testing.T, top string, min int, setup, plug func(*world)) {
+	t.Helper()
 	ref := newWorld(t)
-	ref.stoppedRestore()
-	ref.plug(1)
-	ref.plug(2)
+	setup(ref)
+	plug(ref)
 	ref.run(ref.completer(), true)
-	want := snapshot(t, ref)
+	want := snapshotRoot(t, ref, top)
 	writes := len(ref.k.Log())
-	if writes < 20 {
+	if writes < min {
 		t.Fatalf("only %d writes", writes)
 	}
 	for n := range writes {
@@ -308,7 +320,7 @@ func TestCompleteCrashAtEveryWrite(t *testing.T) {
 			w := newWorld(t)
 			w.dir = ref.dir // the same disk paths, plugged
 			w.tree = ref.tree
-			w.stoppedRestore()
+			setup(w)
 			w.k.Fault = func(i int, _ configfstest.Write) error {
 				if i == n {
 					panic("crash")
@@ -321,11 +333,10 @@ func TestCompleteCrashAtEveryWrite(t *testing.T) {
 				t.Fatalf("no crash at write %d", n)
 			}()
 			w.k.Fault = nil
-			got := w.run(w.completer(), true)
-			if len(got.Missing) != 0 {
+			if got := w.run(w.completer(), true); len(got.Missing) != 0 {
 				t.Fatalf("after the restart: missing %v", got.Missing)
 			}
-			if s := snapshot(t, w); s != want {
+			if s := snapshotRoot(t, w, top); s != want {
 				t.Fatalf("after a crash at write %d (%s):\n%s\nwant\n%s", n, ref.k.Log()[n], s, want)
 			}
 		})
@@ -478,42 +489,11 @@ func TestCompleteLIOStorageObjectLUNs(t *testing.T) {
 // A crash at any write of a LIO completion: the next start ends with the
 // tree an uninterrupted one makes (the same backstore index, one link).
 func TestCompleteLIOCrashAtEveryWrite(t *testing.T) {
-	ref := newWorld(t)
-	lioWorld(t, ref)
-	if err := os.WriteFile(filepath.Join(ref.dir, "f1.img"), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ref.run(ref.completer(), true)
-	want := snapshotRoot(t, ref, "target")
-	writes := len(ref.k.Log())
-	if writes < 8 {
-		t.Fatalf("only %d writes", writes)
-	}
-	for n := range writes {
-		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			w := newWorld(t)
-			w.dir = ref.dir
-			lioWorld(t, w)
-			w.k.Fault = func(i int, _ configfstest.Write) error {
-				if i == n {
-					panic("crash")
-				}
-				return nil
-			}
-			func() {
-				defer func() { _ = recover() }()
-				w.run(w.completer(), true)
-				t.Fatalf("no crash at write %d", n)
-			}()
-			w.k.Fault = nil
-			if got := w.run(w.completer(), true); len(got.Missing) != 0 {
-				t.Fatalf("after the restart: missing %v", got.Missing)
-			}
-			if s := snapshotRoot(t, w, "target"); s != want {
-				t.Fatalf("after a crash at write %d (%s):\n%s\nwant\n%s", n, ref.k.Log()[n], s, want)
-			}
-		})
-	}
+	crashAtEveryWrite(t, "target", 8, func(w *world) { lioWorld(t, w) }, func(w *world) {
+		if err := os.WriteFile(filepath.Join(w.dir, "f1.img"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // lioWorld declares targetcli's file in w and leaves what rtslib's restore

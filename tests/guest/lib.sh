@@ -556,6 +556,24 @@ status_expect() {
 	done
 }
 
+# ---- late disks (boot completion) -------------------------------------------------------
+
+# late_disk NAME: a null_blk device made now through its configfs (a disk
+# that comes late); prints its /dev path: named after its configfs item on
+# newer kernels, nullb<index> on older ones. cleanup_all removes it.
+late_disk() {
+	mkdir "$CFG/nullb/$1" && echo 1 >"$CFG/nullb/$1/power" || return 1
+	_i=0
+	while :; do
+		[ -b "/dev/$1" ] && echo "/dev/$1" && return 0
+		_d=/dev/nullb$(cat "$CFG/nullb/$1/index")
+		[ -b "$_d" ] && echo "$_d" && return 0
+		[ $_i -ge 50 ] && return 1
+		sleep 0.1
+		_i=$((_i + 1))
+	done
+}
+
 # ---- iSCSI/TCP initiator (open-iscsi) -----------------------------------------------
 
 # iscsid_start: open-iscsi's iscsid in the foreground, in its own session

@@ -57,19 +57,7 @@ discover $A 4420 $S2 tcp || fail "nvme discover over TCP fails"
 
 # The disk comes: a null_blk device made through its configfs, then the
 # by-id link udev would make.
-mkdir "$CFG/nullb/e2elate" || fail "mkdir nullb"
-echo 1 >"$CFG/nullb/e2elate/power" || fail "power on nullb"
-# Named after its configfs item (newer kernels) or nullb<index>.
-_i=0
-while :; do
-	dev=/dev/e2elate
-	[ -b "$dev" ] && break
-	dev=/dev/nullb$(cat "$CFG/nullb/e2elate/index")
-	[ -b "$dev" ] && break
-	[ $_i -ge 50 ] && fail "$dev did not appear"
-	sleep 0.1
-	_i=$((_i + 1))
-done
+dev=$(late_disk e2elate) || fail "the late null_blk device did not appear"
 mkdir -p /dev/disk/by-id
 t1=$(now)
 ln -s "../../${dev#/dev/}" "$LATE" || fail "ln -s $LATE"

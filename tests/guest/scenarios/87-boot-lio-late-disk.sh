@@ -52,17 +52,7 @@ check_rc
 [ $? = 1 ] || fail "check is not WARNING with b1 waiting for its disk in the window: $(cat "$W/check.out")"
 [ -e $TPG/lun/lun_1 ] && fail "LUN 1 made before its storage object"
 
-mkdir "$CFG/nullb/e2eliolate" && echo 1 >"$CFG/nullb/e2eliolate/power" || fail "null_blk device"
-_i=0
-while :; do
-	dev=/dev/e2eliolate
-	[ -b "$dev" ] && break
-	dev=/dev/nullb$(cat "$CFG/nullb/e2eliolate/index")
-	[ -b "$dev" ] && break
-	[ $_i -ge 50 ] && fail "the late null_blk device did not appear"
-	sleep 0.1
-	_i=$((_i + 1))
-done
+dev=$(late_disk e2eliolate) || fail "the late null_blk device did not appear"
 mkdir -p /dev/disk/by-id
 t0=$(now)
 ln -s "../../${dev#/dev/}" "$LATE" || fail "ln -s $LATE"
