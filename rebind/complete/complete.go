@@ -204,6 +204,18 @@ func nvmetUnits(t *saved.Tree) []unit {
 	return out
 }
 
+// device is the device path the unit waits for and the kernel opens ("":
+// none).
+func (u unit) device() string {
+	switch u.kind {
+	case kEnable:
+		return u.ns.Device
+	case kSO:
+		return u.so.Dev
+	}
+	return ""
+}
+
 // path is the unit's object in configfs ("" for a storage object not
 // there).
 func (c *Completer) path(u unit) string {
@@ -316,8 +328,8 @@ func (c *Completer) Complete(ctx context.Context, in rebind.CompletionInput) reb
 	for _, u := range due {
 		err := c.make(u)
 		if err != nil && !errors.Is(err, errAttrs) {
-			if u.kind == kEnable && errors.Is(err, syscall.EROFS) {
-				err = fmt.Errorf("%w: the kernel opens %s read-write as this process, whose unit mounts it read-only: add its directory to ReadWritePaths= in a drop-in (nvmet-rebind(8))", err, u.ns.Device)
+			if dev := u.device(); dev != "" && errors.Is(err, syscall.EROFS) {
+				err = fmt.Errorf("%w: the kernel opens %s read-write as this process, whose unit mounts it read-only: add its directory to ReadWritePaths= in a drop-in (nvmet-rebind(8))", err, dev)
 			}
 			c.log().Warn("saved config: object not made", "object", u.id, "source", out.Source, "err", err)
 			out.Missing = append(out.Missing, rebind.Pending{Object: u.id, Waiting: "refused: " + err.Error()})
@@ -462,12 +474,7 @@ func (c *Completer) present(u unit, r *round) (bool, error) {
 // file backend). again: worth another look soon (udev may be about to
 // make the path).
 func (c *Completer) device(u unit) (string, bool) {
-	var p string
-	if u.kind == kSO {
-		p = u.so.Dev
-	} else {
-		p = u.ns.Device
-	}
+	p := u.device()
 	if p == "" {
 		return "refused: the file declares no device_path", false
 	}
