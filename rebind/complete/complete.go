@@ -513,6 +513,9 @@ func (c *Completer) device(u unit) (string, bool) {
 // differsFor says how a namespace that exists differs from the file where
 // enabling it would act on another device than the declared one.
 func (c *Completer) differsFor(u unit) string {
+	if u.kind != kEnable {
+		return ""
+	}
 	a := c.Ops.ReadAttrs([]string{c.path(u)}, []string{"device_path"})[0]
 	if a.Err != nil || a.Errs[0] != nil || c.making[strings.TrimSuffix(u.id, "#enable")] {
 		return ""
