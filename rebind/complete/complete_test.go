@@ -343,9 +343,6 @@ func crashAtEveryWrite(t *testing.T, top string, min int, setup, plug func(*worl
 	}
 }
 
-// snapshot renders the nvmet tree: every path, attribute values, links.
-func snapshot(t *testing.T, w *world) string { return snapshotRoot(t, w, "nvmet") }
-
 // snapshotRoot renders the tree under top (nvmet, target).
 func snapshotRoot(t *testing.T, w *world, top string) string {
 	var b strings.Builder
