@@ -29,7 +29,6 @@ package complete
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -54,18 +53,6 @@ type Store interface {
 	SaveCompletion([]byte) error
 }
 
-// record is completion.json.
-type record struct {
-	Version int    `json:"version"`
-	Boot    string `json:"boot_id"`
-	// Until is when this boot's window closes: set by the first start of
-	// the boot, so that a restart or a one-shot trigger later in the same
-	// boot never opens another.
-	Until  time.Time `json:"window_until"`
-	Seen   []string  `json:"seen"`
-	Making []string  `json:"making,omitempty"`
-}
-
 // Completer implements rebind.Completer over configfs. Its methods run in
 // the engine's loop, one at a time.
 type Completer struct {
@@ -83,6 +70,10 @@ type Completer struct {
 
 	tree    *saved.Tree
 	treeErr error
+	// units are the tree flattened (at each load, not each round), byID
+	// the same by id (a dependency's lookup).
+	units   []unit
+	byID    map[string]unit
 	loaded  bool // the record was read
 	boot    string
 	until   time.Time
@@ -91,129 +82,6 @@ type Completer struct {
 	retry   map[string]time.Time // a refused unit is not tried again before
 	backoff map[string]time.Duration
 	differs map[string]string
-}
-
-// BootID reads the kernel's boot id.
-func BootID() (string, error) {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	return strings.TrimSpace(string(b)), err
-}
-
-// unit kinds.
-const (
-	kHost = iota
-	kSubsystem
-	kNamespace
-	kEnable
-	kAllowed
-	kAttrs
-	kPort
-	kANAGroup
-	kReferral
-	kSO     // a LIO storage object (targetcli's file)
-	kLUN    // a TPG's LUN, linking a storage object
-	kMapped // a node ACL's mapped LUN, linking a TPG's LUN
-)
-
-type unit struct {
-	// id names the unit: nvmetcli's objects by their path under nvmet/
-	// (#enable, #attr: the two-step objects), LIO's under target/
-	// (target/core/<plugin>/<name> for a storage object).
-	id   string
-	kind int
-	deps []string
-	// before: the units of a subsystem the restore writes before its
-	// attributes (kAttrs).
-	before []string
-	ns     *saved.Namespace // kNamespace, kEnable
-	port   *saved.Port      // kPort: its ANA group 1 (made by the kernel)
-	ref    *saved.Referral  // kReferral: its enable
-	name   string           // kAllowed: the host
-	// attrs are the attributes the unit writes in its own directory.
-	attrs []saved.Attr
-	// dir is the object's directory under the configfs root ("" for a
-	// storage object: its backstore's index is found, or chosen, then).
-	dir    string
-	so     *saved.StorageObject // kSO
-	lun    *saved.LUN           // kLUN
-	mapped *saved.MappedLUN     // kMapped
-	parent string               // kLUN, kMapped: the TPG or ACL the restore makes
-}
-
-// units flattens the tree in the restores' order: nvmetcli's, then
-// rtslib's storage objects, LUNs and mapped LUNs.
-func units(t *saved.Tree) []unit {
-	out := nvmetUnits(t)
-	for i := range out {
-		id, _, _ := strings.Cut(out[i].id, "#")
-		out[i].dir = "nvmet/" + id
-	}
-	if t.LIO != nil {
-		out = append(out, lioUnits(t.LIO)...)
-	}
-	return out
-}
-
-// nvmetUnits flattens nvmetcli's tree in its restore's order.
-func nvmetUnits(t *saved.Tree) []unit {
-	var out []unit
-	for i := range t.Hosts {
-		h := &t.Hosts[i]
-		out = append(out, unit{id: "hosts/" + h.NQN, kind: kHost, attrs: h.Attrs})
-	}
-	for i := range t.Subsystems {
-		s := &t.Subsystems[i]
-		sid := "subsystems/" + s.NQN
-		out = append(out, unit{id: sid, kind: kSubsystem})
-		var before []string
-		for j := range s.Namespaces {
-			ns := &s.Namespaces[j]
-			nid := sid + "/namespaces/" + strconv.FormatUint(uint64(ns.NSID), 10)
-			out = append(out, unit{id: nid, kind: kNamespace, deps: []string{sid}, ns: ns, attrs: ns.Attrs})
-			before = append(before, nid)
-			if ns.Enable {
-				out = append(out, unit{id: nid + "#enable", kind: kEnable, deps: []string{nid}, ns: ns})
-				before = append(before, nid+"#enable")
-			}
-		}
-		for _, h := range s.AllowedHosts {
-			aid := sid + "/allowed_hosts/" + h
-			out = append(out, unit{id: aid, kind: kAllowed, deps: []string{sid, "hosts/" + h}, name: h})
-			before = append(before, aid)
-		}
-		if len(s.Attrs) > 0 {
-			out = append(out, unit{id: sid + "#attr", kind: kAttrs, deps: []string{sid}, before: before, attrs: s.Attrs})
-		}
-	}
-	for i := range t.Ports {
-		p := &t.Ports[i]
-		pid := "ports/" + p.ID
-		out = append(out, unit{id: pid, kind: kPort, port: p, attrs: p.Attrs})
-		for j := range p.ANAGroups {
-			g := &p.ANAGroups[j]
-			if g.GrpID == 1 {
-				continue // the kernel makes group 1 with the port; the port's unit writes it
-			}
-			out = append(out, unit{id: pid + "/ana_groups/" + strconv.FormatUint(uint64(g.GrpID), 10), kind: kANAGroup, deps: []string{pid}, attrs: g.Attrs})
-		}
-		for j := range p.Referrals {
-			r := &p.Referrals[j]
-			out = append(out, unit{id: pid + "/referrals/" + r.Name, kind: kReferral, deps: []string{pid}, ref: r, attrs: r.Attrs})
-		}
-	}
-	return out
-}
-
-// device is the device path the unit waits for and the kernel opens ("":
-// none).
-func (u unit) device() string {
-	switch u.kind {
-	case kEnable:
-		return u.ns.Device
-	case kSO:
-		return u.so.Dev
-	}
-	return ""
 }
 
 // path is the unit's object in configfs ("" for a storage object not
@@ -239,6 +107,13 @@ func (c *Completer) Complete(ctx context.Context, in rebind.CompletionInput) reb
 		if c.treeErr != nil {
 			c.log().Warn("saved config: entries not completed", "err", c.treeErr)
 		}
+		c.units, c.byID = nil, map[string]unit{}
+		if c.tree != nil {
+			c.units = units(c.tree)
+			for _, u := range c.units {
+				c.byID[u.id] = u
+			}
+		}
 	}
 	out := rebind.Completion{Err: c.treeErr}
 	if c.tree == nil {
@@ -256,7 +131,7 @@ func (c *Completer) Complete(ctx context.Context, in rebind.CompletionInput) reb
 	r := round{c: c, known: map[string]bool{}, due: map[string]bool{}}
 	var due []unit
 	waiting := false
-	for _, u := range units(c.tree) {
+	for _, u := range c.units {
 		if ctx.Err() != nil {
 			break
 		}
@@ -365,108 +240,6 @@ func (c *Completer) Complete(ctx context.Context, in rebind.CompletionInput) reb
 	}
 	out.Err = errors.Join(append([]error{c.treeErr}, errs...)...)
 	return out
-}
-
-// round is one call's view of configfs: what each unit looked like (or
-// will, once the due units before it are made), each looked at once.
-type round struct {
-	c     *Completer
-	known map[string]bool
-	due   map[string]bool // made in this round, after the units before them
-	units map[string]unit
-}
-
-// has tells whether the unit is in configfs (or made earlier in this
-// round).
-func (r *round) has(u unit) (bool, error) {
-	if v, ok := r.known[u.id]; ok {
-		return v, nil
-	}
-	v, err := r.c.present(u, r)
-	if err == nil {
-		r.known[u.id] = v
-	}
-	return v, err
-}
-
-// hasID is has for a unit named by a dependency.
-func (r *round) hasID(id string) bool {
-	if v, ok := r.known[id]; ok {
-		return v
-	}
-	if r.units == nil {
-		r.units = map[string]unit{}
-		for _, u := range units(r.c.tree) {
-			r.units[u.id] = u
-		}
-	}
-	u, ok := r.units[id]
-	if !ok {
-		// A storage object a LUN names that is not the completer's (a
-		// ramdisk, pscsi, user backstore; or one not declared): there or not.
-		if plugin, name, ok := soID(id); ok {
-			return r.c.soDir(plugin, name) != ""
-		}
-		return false
-	}
-	v, _ := r.has(u)
-	return v
-}
-
-// blocked says why a unit cannot be made yet ("" when it can): a unit it
-// depends on is missing. A dependency the admin removed makes it gone with
-// it (returned with a leading "-": not reported).
-func (r *round) blocked(u unit) string {
-	if u.parent != "" {
-		if st, err := r.c.Ops.Lstat(filepath.Join(r.c.Root, u.parent)); err != nil || !st.IsDir() {
-			return "waiting for " + u.parent + " (the restore makes it)"
-		}
-	}
-	for _, d := range u.deps {
-		if r.hasID(d) {
-			continue
-		}
-		if r.c.seen[d] && !r.c.making[d] {
-			return "-removed with " + d
-		}
-		return "waiting for " + d
-	}
-	return ""
-}
-
-// present tells whether the unit is in configfs.
-func (c *Completer) present(u unit, r *round) (bool, error) {
-	switch u.kind {
-	case kEnable:
-		a := c.Ops.ReadAttrs([]string{c.path(u)}, []string{"enable"})[0]
-		if a.Err != nil || a.Errs[0] != nil {
-			return false, nil
-		}
-		return a.Values[0] == "1", nil
-	case kAttrs:
-		// The restore writes a subsystem's attributes after its
-		// namespaces and allowed hosts: with all of them in place, it
-		// did (whatever they read now: the admin's since).
-		for _, b := range append([]string{u.deps[0]}, u.before...) {
-			if !r.hasID(b) || c.making[b] || r.due[b] {
-				return false, nil
-			}
-		}
-		return true, nil
-	case kSO:
-		return c.path(u) != "", nil
-	}
-	st, err := c.Ops.Lstat(c.path(u))
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("saved config object %s: %w", u.id, err)
-	}
-	if u.kind == kAllowed {
-		return st.Mode()&fs.ModeSymlink != 0, nil
-	}
-	return st.IsDir(), nil
 }
 
 // device says what an enable waits for ("" when its device can be
@@ -703,65 +476,4 @@ func (c *Completer) describe(u unit) []string {
 		echo(dir, u.attrs)
 	}
 	return out
-}
-
-// loadRecord reads the record once; one of another boot is forgotten, and
-// this boot's window starts now.
-func (c *Completer) loadRecord(in rebind.CompletionInput) error {
-	if c.loaded {
-		return nil
-	}
-	c.loaded = true
-	c.seen, c.making = map[string]bool{}, map[string]bool{}
-	c.retry, c.backoff, c.differs = map[string]time.Time{}, map[string]time.Duration{}, map[string]string{}
-	if c.BootID != nil {
-		c.boot, _ = c.BootID()
-	}
-	c.until = in.Now.Add(in.Config.BootWindow)
-	if c.Store == nil {
-		return nil
-	}
-	fresh := func() error {
-		if in.DryRun {
-			return nil
-		}
-		return c.saveRecord()
-	}
-	b, err := c.Store.Completion()
-	if err != nil {
-		return err
-	}
-	if b == nil {
-		return fresh()
-	}
-	var r record
-	if err := json.Unmarshal(b, &r); err != nil {
-		return errors.Join(fmt.Errorf("completion record: %w; starting a new one (objects seen before are not known)", err), fresh())
-	}
-	if r.Boot != c.boot {
-		return fresh() // another boot: its restore made everything again
-	}
-	if !r.Until.IsZero() {
-		c.until = r.Until
-	}
-	for _, id := range r.Seen {
-		c.seen[id] = true
-	}
-	for _, id := range r.Making {
-		c.making[id] = true
-	}
-	return nil
-}
-
-// saveRecord writes the record durably.
-func (c *Completer) saveRecord() error {
-	if c.Store == nil {
-		return nil
-	}
-	r := record{Version: 1, Boot: c.boot, Until: c.until, Seen: slices.Sorted(maps.Keys(c.seen)), Making: slices.Sorted(maps.Keys(c.making))}
-	b, err := json.MarshalIndent(r, "", " ")
-	if err != nil {
-		return err
-	}
-	return c.Store.SaveCompletion(b)
 }
