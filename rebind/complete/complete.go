@@ -102,7 +102,7 @@ func (c *Completer) log() *slog.Logger {
 
 // Complete implements rebind.Completer.
 func (c *Completer) Complete(ctx context.Context, in rebind.CompletionInput) rebind.Completion {
-	if in.Reload || c.tree == nil && c.treeErr == nil {
+	if in.Reload || c.byID == nil { // read at the first call and each reload only
 		c.tree, c.treeErr = c.Load(in.Config)
 		if c.treeErr != nil {
 			c.log().Warn("saved config: entries not completed", "err", c.treeErr)
