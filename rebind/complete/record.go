@@ -8,9 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
@@ -28,11 +26,6 @@ type record struct {
 	Making []string  `json:"making,omitempty"`
 }
 
-// BootID reads the kernel's boot id.
-func BootID() (string, error) {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	return strings.TrimSpace(string(b)), err
-}
 
 // loadRecord reads the record once; one of another boot is forgotten, and
 // this boot's window starts now.

@@ -107,7 +107,7 @@ func open(p Paths, log *slog.Logger, mode Mode, fault func(string) bool, heartbe
 		opts.Fault, opts.Quarantined = fault, moved
 	}
 	opts.Store = env.Store
-	opts.Completer = &complete.Completer{Ops: fsys.Ops(), Root: fsys.Root(), Store: env.Store, BootID: complete.BootID,
+	opts.Completer = &complete.Completer{Ops: fsys.Ops(), Root: fsys.Root(), Store: env.Store, BootID: func() (string, error) { return env.Store.Boot(), nil },
 		Load: saved.LoadTree, Log: log}
 	env.Engine = rebind.New(opts)
 	return env, nil

@@ -19,19 +19,27 @@ func (s *Store) completionFile() string { return filepath.Join(s.dir, "completio
 // (a Cinder-sized file declares a few thousand).
 const maxCompletionBytes = 64 << 20
 
-// Completion reads the completion record; nil when there is none. It is
-// read bounded, never through a symlink, and only if it is a regular file.
+// Completion reads the completion record; nil when there is none.
 func (s *Store) Completion() ([]byte, error) {
-	b, err := bounded.ReadFile(s.completionFile(), maxCompletionBytes, false)
+	return s.readFile("completion record", s.completionFile(), maxCompletionBytes, "remove it; the daemon writes a new one")
+}
+
+// readFile reads one of the state directory's files (what names it in
+// errors): nil, nil when it does not exist. It is read bounded, never
+// through a symlink, and only if it is a regular file; one that is not
+// (a FIFO, a symlink, a device) is an error saying fix, and the next
+// write renames a regular file over it.
+func (s *Store) readFile(what, path string, max int64, fix string) ([]byte, error) {
+	b, err := bounded.ReadFile(path, max, false)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if be, ok := errors.AsType[*bounded.Error](err); ok {
-		be.Fix = "remove it; the daemon writes a new one"
-		return nil, fmt.Errorf("completion record %w", be)
+		be.Fix = fix
+		return nil, fmt.Errorf("%s %w", what, be)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("completion record %s: %w", s.completionFile(), err)
+		return nil, fmt.Errorf("%s %s: %w", what, path, err)
 	}
 	return b, nil
 }

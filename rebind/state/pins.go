@@ -4,12 +4,9 @@ package state
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"github.com/nvmet-rebind/nvmet-rebind/configfs/bounded"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
-	"io/fs"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -33,18 +30,9 @@ const maxPinsBytes = maxBatchBytes
 // bounded, never through a symlink, and only if it is a regular file.
 func (s *Store) Pins() (map[rebind.Key]uint64, error) {
 	out := map[rebind.Key]uint64{}
-	b, err := bounded.ReadFile(s.pinsFile(), maxPinsBytes, false)
-	if errors.Is(err, fs.ErrNotExist) {
-		return out, nil
-	}
-	if be, ok := errors.AsType[*bounded.Error](err); ok {
-		// Not a file SavePins wrote (a FIFO, a symlink, a device): the
-		// next SavePins renames a regular file over it.
-		be.Fix = "remove it; the daemon writes a new one when a pin changes"
-		return out, fmt.Errorf("pins %w", be)
-	}
-	if err != nil {
-		return out, fmt.Errorf("pins %s: %w", s.pinsFile(), err)
+	b, err := s.readFile("pins", s.pinsFile(), maxPinsBytes, "remove it; the daemon writes a new one when a pin changes")
+	if err != nil || b == nil {
+		return out, err
 	}
 	var pins []pinEntry
 	if err := json.Unmarshal(b, &pins); err != nil {

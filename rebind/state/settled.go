@@ -6,15 +6,12 @@ package state
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
-	"github.com/nvmet-rebind/nvmet-rebind/configfs/bounded"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 )
 
@@ -32,35 +29,28 @@ type settledEntry struct {
 
 func (s *Store) settledFile() string { return filepath.Join(s.dir, "settled.json") }
 
-// bootID names this boot; a test may set Store.BootID.
-func (s *Store) bootID() string {
-	if s.BootID != nil {
-		return s.BootID()
-	}
+// readBootID reads the kernel's boot id ("" where there is none).
+func readBootID() string {
 	b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	return strings.TrimSpace(string(b))
 }
+
+// Boot is this boot's id, as read when the store was opened.
+func (s *Store) Boot() string { return s.boot }
 
 // Settled reads what was settled this boot; a file of another boot (the
 // restore made everything again) or none is nothing settled.
 func (s *Store) Settled() (map[rebind.Settled]bool, error) {
 	out := map[rebind.Settled]bool{}
-	b, err := bounded.ReadFile(s.settledFile(), maxPinsBytes, false)
-	if errors.Is(err, fs.ErrNotExist) {
-		return out, nil
-	}
-	if be, ok := errors.AsType[*bounded.Error](err); ok {
-		be.Fix = "remove it; the daemon writes a new one"
-		return out, fmt.Errorf("settled %w", be)
-	}
-	if err != nil {
-		return out, fmt.Errorf("settled %s: %w", s.settledFile(), err)
+	b, err := s.readFile("settled", s.settledFile(), maxPinsBytes, "remove it; the daemon writes a new one")
+	if err != nil || b == nil {
+		return out, err
 	}
 	var f settledFile
 	if err := json.Unmarshal(b, &f); err != nil {
 		return out, fmt.Errorf("settled %s: %w", s.settledFile(), err)
 	}
-	if f.Boot != s.bootID() {
+	if f.Boot != s.boot {
 		return out, nil
 	}
 	for _, e := range f.Entries {
@@ -71,7 +61,7 @@ func (s *Store) Settled() (map[rebind.Settled]bool, error) {
 
 // SaveSettled replaces what was settled this boot, durably.
 func (s *Store) SaveSettled(m map[rebind.Settled]bool) error {
-	f := settledFile{Boot: s.bootID(), Entries: make([]settledEntry, 0, len(m))}
+	f := settledFile{Boot: s.boot, Entries: make([]settledEntry, 0, len(m))}
 	for k := range m {
 		f.Entries = append(f.Entries, settledEntry{Kind: k.Key.Kind, ID: k.Key.ID, NQN: k.NQN})
 	}

@@ -13,8 +13,7 @@ func TestSettledIsOfOneBoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	boot := "b1"
-	s.BootID = func() string { return boot }
+	s.boot = "b1"
 	want := map[rebind.Settled]bool{{Key: rebind.Key{Kind: rebind.KindNvmet, ID: "1"}, NQN: "nqn.a"}: true, {Key: rebind.Key{Kind: rebind.KindLIO, ID: "iqn.x/tpgt_1/192.0.2.1:3260"}}: true}
 	if err := s.SaveSettled(want); err != nil {
 		t.Fatal(err)
@@ -24,11 +23,11 @@ func TestSettledIsOfOneBoot(t *testing.T) {
 		t.Fatalf("Settled = %v, %v", got, err)
 	}
 	ro := OpenReadOnly(dir)
-	ro.BootID = s.BootID
+	ro.boot = s.boot
 	if got, _ := ro.Settled(); len(got) != 2 {
 		t.Fatalf("read-only Settled = %v", got)
 	}
-	boot = "b2"
+	s.boot = "b2"
 	if got, err := s.Settled(); err != nil || len(got) != 0 {
 		t.Fatalf("another boot: Settled = %v, %v; want nothing", got, err)
 	}

@@ -116,9 +116,9 @@ type Store struct {
 
 	fault func(op, path string) error // tests only (SetFault): a crash at a file operation
 
-	// BootID names the boot settled.json is of (nil: the kernel's boot
-	// id, /proc/sys/kernel/random/boot_id).
-	BootID func() string
+	// boot is this boot's id (/proc/sys/kernel/random/boot_id), read once
+	// at Open: what settled.json and the completion record are tied to.
+	boot string
 }
 
 // index is what the writer knows of the journal's files.
@@ -152,13 +152,13 @@ func Open(dir string) (*Store, error) {
 			return nil, fmt.Errorf("state dir: %w", err)
 		}
 	}
-	return &Store{dir: dir, journal: j}, nil
+	return &Store{dir: dir, journal: j, boot: readBootID()}, nil
 }
 
 // OpenReadOnly opens the state directory for observers. Nothing is
 // created or changed, ever; a missing directory is an empty state.
 func OpenReadOnly(dir string) *Store {
-	return &Store{dir: dir, journal: filepath.Join(dir, "journal"), readOnly: true}
+	return &Store{dir: dir, journal: filepath.Join(dir, "journal"), readOnly: true, boot: readBootID()}
 }
 
 // Dir is the state directory.
