@@ -26,7 +26,6 @@ type record struct {
 	Making []string  `json:"making,omitempty"`
 }
 
-
 // loadRecord reads the record once; one of another boot is forgotten, and
 // this boot's window starts now.
 func (c *Completer) loadRecord(in rebind.CompletionInput) error {
