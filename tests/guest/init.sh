@@ -7,6 +7,9 @@
 export PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root
 umask 022
+# First of all: the harness tells a kernel that died before userspace from
+# a failure of ours by this line.
+echo "E2E INIT"
 
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys

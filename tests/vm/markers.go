@@ -25,6 +25,7 @@ type Events struct {
 	Order   []string            // scenario names in the order they reported
 	Metrics map[string][]Metric // by scenario
 	Logs    map[string][]string // console lines between E2E BEGIN and E2E RESULT
+	Init    bool                // the guest's /init ran (E2E INIT): the kernel reached userspace
 	Done    bool
 	RC      int
 	Info    []string            // E2E INFO lines
@@ -36,6 +37,7 @@ var (
 	reMetric = regexp.MustCompile(`E2E METRIC (\S+) ([^=\s]+)=(\S*)`)
 	reBegin  = regexp.MustCompile(`E2E BEGIN (\S+)`)
 	reDone   = regexp.MustCompile(`E2E DONE rc=(-?\d+)`)
+	reInit   = regexp.MustCompile(`E2E INIT\b`)
 	reInfo   = regexp.MustCompile(`E2E INFO (.*)$`)
 	reWarn   = regexp.MustCompile(`E2E WARN (\S+) (.*)$`)
 )
@@ -67,6 +69,10 @@ func ParseConsole(console []byte) Events {
 		}
 		if m := reMetric.FindStringSubmatch(line); m != nil {
 			ev.Metrics[m[1]] = append(ev.Metrics[m[1]], Metric{Key: m[2], Value: m[3]})
+			continue
+		}
+		if reInit.MatchString(line) {
+			ev.Init = true
 			continue
 		}
 		if m := reDone.FindStringSubmatch(line); m != nil {

@@ -10,6 +10,7 @@ import (
 func TestParseConsole(t *testing.T) {
 	log := strings.Join([]string{
 		"[    1.0] some kernel line",
+		"E2E INIT",
 		"E2E INFO kernel=6.1.0-57-amd64",
 		"E2E BEGIN one",
 		"  [12.3] one: $ veth veth0 veth1",
@@ -25,7 +26,7 @@ func TestParseConsole(t *testing.T) {
 		"E2E DONE rc=1",
 	}, "\n")
 	ev := ParseConsole([]byte(log))
-	if !ev.Done || ev.RC != 1 {
+	if !ev.Done || ev.RC != 1 || !ev.Init {
 		t.Fatalf("done=%v rc=%d", ev.Done, ev.RC)
 	}
 	want := map[string]Result{
@@ -53,7 +54,7 @@ func TestParseConsole(t *testing.T) {
 	if len(ev.Info) != 1 {
 		t.Errorf("info %v", ev.Info)
 	}
-	if ev := ParseConsole([]byte("no markers")); ev.Done || ev.RC != -1 {
+	if ev := ParseConsole([]byte("no markers")); ev.Done || ev.RC != -1 || ev.Init {
 		t.Errorf("empty console: %+v", ev)
 	}
 }
