@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"fmt"
 	"maps"
 	"os"
@@ -249,6 +250,36 @@ func bootSystemd(t *testing.T, label string, k *vm.Kernel, initrd, disk, name st
 		}
 		timeout = d
 	}
+	res := bootSystemdOnce(t, label, k, initrd, disk, name, appendArgs, timeout)
+	if diedBeforeUserspace(res) {
+		// As bootVM does: a kernel that panicked before any of the
+		// guest's checks printed a line ran none of them (the disk is
+		// as it was); boot once more, the panic kept as a warning.
+		p := saveConsole(t, label+"-systemd-"+name+"-died-before-init.log", res.Console)
+		t.Logf("WARNING: the kernel panicked before the checks ran (console: %s): booting once more; its tail:\n%s", p, tail(res.Console, 30))
+		res = bootSystemdOnce(t, label, k, initrd, disk, name, appendArgs, timeout)
+	}
+	ev := res.Events
+	t.Logf("%s %s: wall time %v (done=%v rc=%d timed out=%v)", k.Release, name, res.Elapsed.Round(time.Second), ev.Done, ev.RC, res.TimedOut)
+	failed := len(reportResults(t, ev, checks, "the VM ended or the check was not reached")) > 0
+	if !ev.Done {
+		failed = true
+		t.Errorf("the VM ended without E2E DONE (timed out=%v, qemu: %v)", res.TimedOut, res.ExitErr)
+	}
+	if failed || t.Failed() {
+		p := saveConsole(t, label+"-systemd-"+name+"-console.log", res.Console)
+		t.Logf("console log: %s; its tail:\n%s", p, tail(res.Console, 40))
+	}
+}
+
+// diedBeforeUserspace: the guest's kernel panicked (panic=-1 ends the VM)
+// before any guest script printed a marker.
+func diedBeforeUserspace(res *vm.BootResult) bool {
+	return !res.TimedOut && !res.Events.Init && len(res.Events.Results) == 0 && !res.Events.Done &&
+		len(res.Events.Info) == 0 && bytes.Contains(res.Console, []byte("Kernel panic"))
+}
+
+func bootSystemdOnce(t *testing.T, label string, k *vm.Kernel, initrd, disk, name string, appendArgs []string, timeout time.Duration) *vm.BootResult {
 	verbose := os.Getenv(envVerbose) == "1"
 	start := time.Now()
 	var mu sync.Mutex
@@ -273,17 +304,7 @@ func bootSystemd(t *testing.T, label string, k *vm.Kernel, initrd, disk, name st
 	if err != nil {
 		t.Fatalf("boot: %v", err)
 	}
-	ev := res.Events
-	t.Logf("%s %s: wall time %v (done=%v rc=%d timed out=%v)", k.Release, name, res.Elapsed.Round(time.Second), ev.Done, ev.RC, res.TimedOut)
-	failed := len(reportResults(t, ev, checks, "the VM ended or the check was not reached")) > 0
-	if !ev.Done {
-		failed = true
-		t.Errorf("the VM ended without E2E DONE (timed out=%v, qemu: %v)", res.TimedOut, res.ExitErr)
-	}
-	if failed || t.Failed() {
-		p := saveConsole(t, label+"-systemd-"+name+"-console.log", res.Console)
-		t.Logf("console log: %s; its tail:\n%s", p, tail(res.Console, 40))
-	}
+	return res
 }
 
 // TestSystemdPlan: NVMET_REBIND_E2E_DISTROS picks exactly the images it
