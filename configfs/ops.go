@@ -98,12 +98,7 @@ func (o OSOps) ReadDirNames(dir string) ([]string, error) {
 }
 
 func readDirNames(dir string) ([]string, error) {
-	f, err := bounded.OpenDir(dir, false) // a FIFO there fails at once; a symlink is not configfs's
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return f.Readdirnames(-1)
+	return bounded.ReadDirNames(dir, false) // a FIFO there fails at once; a symlink is not configfs's
 }
 
 // listing remembers, per configfs root, whether readdir lists the newest
@@ -204,12 +199,12 @@ func (o OSOps) RemoveLinks(dir string, names []string, done func(int, error) boo
 	return o.removeLinks(dir, names, done)
 }
 
-// WriteAttr implements Ops: the attribute is reached beneath Root without
-// following a symlink and must be a regular file. configfs attributes take
-// Mkdir creates the object path (mkdir), beneath Root, never through a
-// symlink.
+// Mkdir implements Ops: it creates the object path (mkdir), beneath Root,
+// never through a symlink.
 func (o OSOps) Mkdir(path string) error { return o.mkdir(path) }
 
+// WriteAttr implements Ops: the attribute is reached beneath Root without
+// following a symlink and must be a regular file. configfs attributes take
 // one write(2); a partial write or a short count is an error.
 func (o OSOps) WriteAttr(path, value string) error { return o.writeAttr(path, value) }
 

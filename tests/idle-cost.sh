@@ -21,7 +21,9 @@ make -s build
 W=$(mktemp -d /dev/shm/nvmet-rebind-idle.XXXXXX 2>/dev/null || mktemp -d)
 PID=
 trap '[ -z "$PID" ] || kill "$PID" 2>/dev/null; rm -rf "$W"' EXIT
-mkdir -p "$W/cfs/nvmet/subsystems/nqn.2024-01.lab:a" "$W/cfs/nvmet/ports" "$W/cfs/target/iscsi"
+# nvmet/hosts too, as the kernel makes it with the other two (its readdir
+# order tells the daemon the list discipline).
+mkdir -p "$W/cfs/nvmet/subsystems/nqn.2024-01.lab:a" "$W/cfs/nvmet/ports" "$W/cfs/nvmet/hosts" "$W/cfs/target/iscsi"
 ip() { echo "10.$(($1 / 62500)).$(($1 / 250 % 250)).$(($1 % 250 + 1))"; }
 i=1
 while [ $i -le "$PORTS" ]; do

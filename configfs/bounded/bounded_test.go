@@ -5,6 +5,7 @@ package bounded_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/bounded/boundedtest"
 	"io/fs"
 	"net"
@@ -226,5 +227,54 @@ func TestSize(t *testing.T) {
 		if got := bounded.Size(n); got != want {
 			t.Errorf("Size(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+// ReadDirNames: every name of a directory larger than one getdents buffer,
+// "." and ".." left out; a symlink refused unless followed; a file or a
+// missing path is a *fs.PathError that errors.Is tells apart.
+func TestReadDirNames(t *testing.T) {
+	dir := t.TempDir()
+	want := map[string]bool{}
+	for i := range 1000 {
+		n := fmt.Sprintf("nqn.2014-08.org.example:subsystem-with-a-long-name-%04d", i)
+		if err := os.Mkdir(filepath.Join(dir, n), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		want[n] = true
+	}
+	names, err := bounded.ReadDirNames(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != len(want) {
+		t.Fatalf("%d names, want %d", len(names), len(want))
+	}
+	for _, n := range names {
+		if !want[n] {
+			t.Errorf("unexpected name %q", n)
+		}
+		delete(want, n)
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bounded.ReadDirNames(link, false); err == nil {
+		t.Error("a symlink was followed with followSymlinks false")
+	}
+	if got, err := bounded.ReadDirNames(link, true); err != nil || len(got) != 1000 {
+		t.Errorf("followed: %d names, %v", len(got), err)
+	}
+	file := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var pe *fs.PathError
+	if _, err := bounded.ReadDirNames(file, false); !errors.As(err, &pe) || !errors.Is(err, syscall.ENOTDIR) {
+		t.Errorf("a file: %v", err)
+	}
+	if _, err := bounded.ReadDirNames(filepath.Join(dir, "missing"), false); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -148,4 +149,49 @@ func ReadDir(path string, followSymlinks bool) ([]os.DirEntry, error) {
 	ents, err := d.ReadDir(-1)
 	slices.SortFunc(ents, func(a, b os.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	return ents, err
+}
+
+// direntBufs are getdents buffers, reused: a directory's names are copied
+// out of one before it goes back.
+var direntBufs = sync.Pool{New: func() any { b := make([]byte, 8192); return &b }}
+
+// ReadDirNames is the names in the directory at path, in readdir's order,
+// "." and ".." left out: opened as OpenDir does, read with getdents(2)
+// straight, without the runtime poller's registration, the non-blocking
+// fcntl and the finalizer that an *os.File costs each directory (a rescan
+// at 4,096 ports and portals reads about 20,000). Errors are *fs.PathError,
+// as os's are.
+func ReadDirNames(path string, followSymlinks bool) ([]string, error) {
+	flags := unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC
+	if !followSymlinks {
+		flags |= unix.O_NOFOLLOW
+	}
+	var fd int
+	var err error
+	for {
+		fd, err = unix.Open(path, flags, 0)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	bp := direntBufs.Get().(*[]byte)
+	defer direntBufs.Put(bp)
+	var names []string
+	for {
+		n, err := unix.Getdents(fd, *bp)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "readdirent", Path: path, Err: err}
+		}
+		if n <= 0 {
+			return names, nil
+		}
+		_, _, names = unix.ParseDirent((*bp)[:n], -1, names)
+	}
 }

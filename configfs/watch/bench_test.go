@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/configfstest"
 )
 
@@ -114,6 +115,33 @@ func BenchmarkFullRead(b *testing.B) {
 				if _, err := fsys.Portals(); err != nil {
 					b.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkRescan: the periodic rescan (rescan_interval) at n ports and n
+// portals: every watch set again, configfs read whole and compared with
+// the model's answers. Its CPU time is most of an idle daemon's
+// (tests/idle-cost.sh). It reads the tree through the daemon's own
+// configfs.OSOps, not the fake kernel's.
+func BenchmarkRescan(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			k := benchTree(b, n)
+			m, err := New(configfs.New(k.Root), Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), RescanEvery: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			b.ReportAllocs()
+			for b.Loop() {
+				m.mu.Lock()
+				m.rescan(true, "benchmark")
+				m.mu.Unlock()
+			}
+			if s := m.Stats(); s.Disagreements != 0 {
+				b.Errorf("stats %+v: the model disagreed with a rescan", s)
 			}
 		})
 	}
