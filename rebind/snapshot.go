@@ -48,12 +48,21 @@ type Snapshot struct {
 	// (Look): memory is only ever replaced, never written in place.
 	Config Config
 	Memory Memory
+	// History is each object's last HistoryLen outcomes, oldest first
+	// (`status <id>`). Kept in memory only: it starts empty with the
+	// daemon, and a one-shot command has none.
+	History map[Key][]Outcome
 }
+
+// HistoryLen bounds Snapshot.History: the outcomes kept per object.
+const HistoryLen = 8
 
 // publish ends a round: the snapshot observers read until the next one.
 func (e *Engine) publish(obs *Observed, pl *Planned, outcomes []Outcome, next time.Time) {
-	results := e.snap.Load().Results
+	prev := e.snap.Load()
+	results, history := prev.Results, prev.History
 	if len(outcomes) > 0 {
+		history = withHistory(history, outcomes)
 		for _, o := range outcomes {
 			for _, k := range o.Keys {
 				e.results[k] = o
@@ -67,8 +76,24 @@ func (e *Engine) publish(obs *Observed, pl *Planned, outcomes []Outcome, next ti
 	}
 	e.stats.PendingRetries = len(e.mem.NextTry)
 	e.stats.Reconciles++
-	e.snap.Store(&Snapshot{Items: pl.Items, Results: results, At: e.opt.Now(), Stats: e.stats,
+	e.snap.Store(&Snapshot{Items: pl.Items, Results: results, History: history, At: e.opt.Now(), Stats: e.stats,
 		ListenersErr: obs.ListenersErr, JournalErrs: obs.JournalErrs, Sight: obs.sight(e.cfg), Next: next, Config: e.cfg, Memory: e.mem, Completion: e.completion})
+}
+
+// withHistory returns h with outcomes appended to the history of each
+// object they wrote, keeping the last HistoryLen of each; h, which a
+// published snapshot holds, is not written.
+func withHistory(h map[Key][]Outcome, outcomes []Outcome) map[Key][]Outcome {
+	out := make(map[Key][]Outcome, len(h)+1)
+	maps.Copy(out, h)
+	for _, o := range outcomes {
+		for _, k := range o.Keys {
+			old := out[k]
+			old = old[max(0, len(old)-(HistoryLen-1)):]
+			out[k] = append(slices.Clone(old), o) // a new array: old may be published
+		}
+	}
+	return out
 }
 
 // Snapshot returns what the last round published. Its slices and maps are
