@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -219,15 +220,24 @@ func (e *Engine) WaitsForDevice() bool { return e.waitsDevice.Load() }
 // Reconcile is one round: observe → select the endpoints to decide →
 // plan them → apply the heals → verify over a fresh observation → learn →
 // publish. It returns the status items the round published.
-func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
+func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) { return e.round(ctx, nil) }
+
+// round is Reconcile; with only set, it acts on only's endpoint alone
+// (ReconcileKey).
+func (e *Engine) round(ctx context.Context, only *Key) ([]Item, error) {
 	e.run.Lock()
 	defer e.run.Unlock()
 	start := time.Now()
-	e.complete(ctx, e.takeRequests())
+	if reread := e.takeRequests(); only == nil {
+		e.complete(ctx, reread)
+	}
 	if e.opt.Exhaustive {
 		e.base = nil
 	}
 	obs, err := e.observe(e.cfg, e.base, nil)
+	if err == nil && only != nil {
+		err = obs.holds(*only)
+	}
 	if err != nil {
 		e.stats.ReconcileTime += time.Since(start)
 		return nil, err
@@ -236,6 +246,9 @@ func (e *Engine) Reconcile(ctx context.Context) ([]Item, error) {
 	sel := Select(&obs, e.mem, e.base)
 	pl := decide(&obs, e.mem, e.cfg, sel, e.decided, e.wake)
 	e.decided = pl.decided
+	if only != nil {
+		pl.Heals = slices.DeleteFunc(pl.Heals, func(h Heal) bool { return !slices.Contains(h.Keys, *only) })
+	}
 	planned, w0, j0 := time.Now(), e.stats.WriteTime, e.stats.JournalTime
 	outcomes, ran, verified, err := e.act(ctx, &obs, &pl, &sel)
 	if err != nil {

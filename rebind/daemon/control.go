@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/config"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/control"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/status"
@@ -101,6 +102,16 @@ func (d *daemon) handler() control.Handler {
 		case "rebind":
 			k, err := status.KeyOf(req.ID)
 			if err != nil {
+				return nil, err
+			}
+			// The id is resolved against what configfs holds now, before
+			// the loop is asked for anything: an unknown one (a typo) runs
+			// no round.
+			snap, err := d.env.Engine.Look()
+			if err != nil {
+				return nil, err
+			}
+			if err := rebind.Resolve(snap.Items, k); err != nil {
 				return nil, err
 			}
 			items, err := d.env.Engine.Rebind(ctx, k)
