@@ -46,6 +46,18 @@ func worse(a, b Health) Health {
 	return a
 }
 
+// ConfigStatus is the daemon's trouble with its config, kept until a
+// reload succeeds (StatusReport.Config).
+type ConfigStatus struct {
+	// ReloadRefused says why the last reload was refused (config check's
+	// reason): the daemon runs on the config it had before.
+	ReloadRefused string `json:"reload_refused,omitempty"`
+	// SavedUnreadable says why a saved config [boot] names could not be
+	// read whole when the daemon started (missing, unreadable, malformed,
+	// a bad entry): what it declares is not completed.
+	SavedUnreadable string `json:"saved_unreadable,omitempty"`
+}
+
 // Counts are check's perf data.
 type Counts struct {
 	Alive, Dead, Stranded, Unknown int
@@ -270,6 +282,15 @@ func Check(r StatusReport) Verdict {
 		}
 		add(Warning, fmt.Sprintf("saved config: %d %s refused, not completed: %s", len(errs), plural(len(errs), "entry or file", "entries or files"), oneLine(errs[0])), lines...)
 	}
+	if c := r.Config; c != nil && c.ReloadRefused != "" {
+		what := "reload refused, the daemon runs on its previous config: " + oneLine(c.ReloadRefused)
+		add(Warning, what, "WARNING: "+what+" (fix it, nvmet-rebind config check, then reload)")
+	}
+	if c := r.Config; c != nil && c.SavedUnreadable != "" && r.SavedConfigsError == "" {
+		// The engine's own error, when it has one, says it above.
+		what := "saved config unreadable, not completed: " + oneLine(c.SavedUnreadable)
+		add(Warning, what, "WARNING: "+what)
+	}
 	if n := len(r.JournalErrors); n > 0 {
 		what := fmt.Sprintf("%d intent journal %s unreadable or ignored (a heal may be left half done)", n, plural(n, "entry", "entries"))
 		var lines []string
@@ -321,7 +342,8 @@ func Check(r StatusReport) Verdict {
 	}
 	v.Details = append(v.Details, notes...)
 	v.Details = append(v.Details, "source: "+oneLine(r.Source))
-	v.SavedComplete = v.Health == OK && r.BootWindowUntil != nil && r.SavedConfigsError == "" && v.Counts.Missing == 0
+	v.SavedComplete = v.Health == OK && r.BootWindowUntil != nil && r.SavedConfigsError == "" && v.Counts.Missing == 0 &&
+		(r.Config == nil || r.Config.SavedUnreadable == "")
 	return v
 }
 

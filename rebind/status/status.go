@@ -134,8 +134,12 @@ type StatusReport struct {
 	// attributes than the file's (never changed).
 	SavedMissing []SavedObject `json:"saved_missing,omitempty"`
 	SavedDiffers []string      `json:"saved_differs,omitempty"`
-	Source       string        `json:"source"` // "daemon" or "direct"
-	At           time.Time     `json:"at"`
+	// Config is the daemon's trouble with its config (check.go:
+	// ConfigStatus): a refused reload, [boot] files unreadable. Absent
+	// when there is none, and without a daemon.
+	Config *ConfigStatus `json:"config,omitempty"`
+	Source string        `json:"source"` // "daemon" or "direct"
+	At     time.Time     `json:"at"`
 }
 
 // SavedObject is one declared object configfs lacks.
