@@ -27,6 +27,9 @@ const ns = "nvmet_rebind"
 type Collector struct {
 	eng    *rebind.Engine
 	events *udev.Stats
+	config func() ConfigState // the daemon's (SetConfigState); nil: none
+
+	reloadRefused, savedUnreadable *prometheus.Desc
 
 	listeners, givenUp, rebinds, latency, pending, reconciles, resyncs, reconnects, eventsSeen *prometheus.Desc
 	reconcileTime, writeTime, writes, unchanged                                                *prometheus.Desc
@@ -36,25 +39,38 @@ type Collector struct {
 func NewCollector(eng *rebind.Engine, events *udev.Stats) *Collector {
 	return &Collector{
 		eng: eng, events: events,
-		listeners:     prometheus.NewDesc(ns+"_listeners", "Listeners by kind (nvmet: nvmet-rdma, nvmet-tcp, lio: iSER) and state: managed, alive, dead, stranded (LISTEN on a device that no longer carries the address), unknown (managed and expected ones only for the last four).", []string{"kind", "state"}, nil),
-		givenUp:       prometheus.NewDesc(ns+"_listeners_given_up", "Managed listeners dead or stranded for more than give_up_after: no longer healed until a reload or `nvmet-rebind rebind`.", []string{"kind"}, nil),
-		rebinds:       prometheus.NewDesc(ns+"_rebinds_total", "Rebind attempts by result: ok, refused (address/device not ready), unverified (no LISTEN after), error.", []string{"result"}, nil),
-		latency:       prometheus.NewDesc(ns+"_last_relisten_seconds", "Time from the first write of the last successful rebind to LISTEN verified.", nil, nil),
-		pending:       prometheus.NewDesc(ns+"_pending_retries", "Listeners waiting for a backoff retry.", nil, nil),
-		reconciles:    prometheus.NewDesc(ns+"_reconciles_total", "Reconciles run.", nil, nil),
-		unchanged:     prometheus.NewDesc(ns+"_reconciles_unchanged_total", "Reconciles that observed exactly what the last one had, with nothing waiting on a timer, and kept its plan (counted in reconciles_total too).", nil, nil),
-		resyncs:       prometheus.NewDesc(ns+"_event_source_resyncs_total", "Full resyncs requested by an event source (socket (re)opened, overrun, unparsable event).", []string{"source"}, nil),
-		reconnects:    prometheus.NewDesc(ns+"_event_source_reconnects_total", "Event source reconnects after an error (ENOBUFS included).", []string{"source"}, nil),
-		eventsSeen:    prometheus.NewDesc(ns+"_events_total", "Kernel events received.", []string{"source"}, nil),
-		reconcileTime: prometheus.NewDesc(ns+"_reconcile_seconds_total", "Time spent reconciling (observe, plan, act, verify).", nil, nil),
-		writeTime:     prometheus.NewDesc(ns+"_configfs_write_seconds_total", "Part of the reconcile time spent inside configfs writes (the kernel binding or unbinding listeners).", nil, nil),
-		writes:        prometheus.NewDesc(ns+"_configfs_writes_total", "configfs writes made (unlink, link, iser).", nil, nil),
+		listeners:       prometheus.NewDesc(ns+"_listeners", "Listeners by kind (nvmet: nvmet-rdma, nvmet-tcp, lio: iSER) and state: managed, alive, dead, stranded (LISTEN on a device that no longer carries the address), unknown (managed and expected ones only for the last four).", []string{"kind", "state"}, nil),
+		givenUp:         prometheus.NewDesc(ns+"_listeners_given_up", "Managed listeners dead or stranded for more than give_up_after: no longer healed until a reload or `nvmet-rebind rebind`.", []string{"kind"}, nil),
+		rebinds:         prometheus.NewDesc(ns+"_rebinds_total", "Rebind attempts by result: ok, refused (address/device not ready), unverified (no LISTEN after), error.", []string{"result"}, nil),
+		latency:         prometheus.NewDesc(ns+"_last_relisten_seconds", "Time from the first write of the last successful rebind to LISTEN verified.", nil, nil),
+		pending:         prometheus.NewDesc(ns+"_pending_retries", "Listeners waiting for a backoff retry.", nil, nil),
+		reconciles:      prometheus.NewDesc(ns+"_reconciles_total", "Reconciles run.", nil, nil),
+		unchanged:       prometheus.NewDesc(ns+"_reconciles_unchanged_total", "Reconciles that observed exactly what the last one had, with nothing waiting on a timer, and kept its plan (counted in reconciles_total too).", nil, nil),
+		resyncs:         prometheus.NewDesc(ns+"_event_source_resyncs_total", "Full resyncs requested by an event source (socket (re)opened, overrun, unparsable event).", []string{"source"}, nil),
+		reconnects:      prometheus.NewDesc(ns+"_event_source_reconnects_total", "Event source reconnects after an error (ENOBUFS included).", []string{"source"}, nil),
+		eventsSeen:      prometheus.NewDesc(ns+"_events_total", "Kernel events received.", []string{"source"}, nil),
+		reconcileTime:   prometheus.NewDesc(ns+"_reconcile_seconds_total", "Time spent reconciling (observe, plan, act, verify).", nil, nil),
+		writeTime:       prometheus.NewDesc(ns+"_configfs_write_seconds_total", "Part of the reconcile time spent inside configfs writes (the kernel binding or unbinding listeners).", nil, nil),
+		writes:          prometheus.NewDesc(ns+"_configfs_writes_total", "configfs writes made (unlink, link, iser).", nil, nil),
+		reloadRefused:   prometheus.NewDesc(ns+"_config_reload_refused", "1 when the last reload was refused (the daemon runs on its previous config; `nvmet-rebind check` names why), 0 after a good one.", nil, nil),
+		savedUnreadable: prometheus.NewDesc(ns+"_saved_config_unreadable", "1 when a saved config [boot] names is missing, unreadable, malformed or has a bad entry (what it declares is not completed), until a reload reads it whole.", nil, nil),
 	}
 }
 
+// ConfigState is what the daemon knows of its config that the engine does
+// not: a reload refused, a saved config found unreadable at its start.
+type ConfigState struct {
+	ReloadRefused, SavedUnreadable bool
+}
+
+// SetConfigState makes the collector read the daemon's config state (f
+// must be safe to call from a scrape); without it both metrics are the
+// engine's alone.
+func (c *Collector) SetConfigState(f func() ConfigState) { c.config = f }
+
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.listeners, c.givenUp, c.rebinds, c.latency, c.pending, c.reconciles, c.resyncs, c.reconnects, c.eventsSeen, c.reconcileTime, c.writeTime, c.writes, c.unchanged} {
+	for _, d := range []*prometheus.Desc{c.listeners, c.givenUp, c.rebinds, c.latency, c.pending, c.reconciles, c.resyncs, c.reconnects, c.eventsSeen, c.reconcileTime, c.writeTime, c.writes, c.unchanged, c.reloadRefused, c.savedUnreadable} {
 		ch <- d
 	}
 }
@@ -101,6 +117,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.unchanged, prometheus.CounterValue, float64(snap.Stats.Unchanged))
 	ch <- prometheus.MustNewConstMetric(c.writeTime, prometheus.CounterValue, snap.Stats.WriteTime.Seconds())
 	ch <- prometheus.MustNewConstMetric(c.writes, prometheus.CounterValue, float64(snap.Stats.Writes))
+	var cs ConfigState
+	if c.config != nil {
+		cs = c.config()
+	}
+	cs.SavedUnreadable = cs.SavedUnreadable || snap.Sight.Saved != nil
+	ch <- prometheus.MustNewConstMetric(c.reloadRefused, prometheus.GaugeValue, b2f(cs.ReloadRefused))
+	ch <- prometheus.MustNewConstMetric(c.savedUnreadable, prometheus.GaugeValue, b2f(cs.SavedUnreadable))
 	if c.events != nil {
 		s := c.events.Snapshot()
 		for src, n := range map[string]udev.Counts{udev.SourceUevent: s.Uevent, udev.SourceRtnetlink: s.Rtnetlink, udev.SourceRDMAMonitor: s.RDMAMonitor} {
@@ -109,6 +132,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.eventsSeen, prometheus.CounterValue, float64(n.Events), src)
 		}
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Handler returns the /metrics handler for a registry holding c and the
