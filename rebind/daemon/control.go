@@ -9,8 +9,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/config"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/control"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/metrics"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/status"
 )
 
@@ -39,16 +39,18 @@ func (r *reloader) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-r.hup:
-			r.d.reload() // errors are logged and told to systemd: the old config stays
+			r.d.reload() // errors are logged, told to systemd and remembered: the old config stays
 		}
 	}
 }
 
 // reload is the one reload, for SIGHUP and the control socket: RELOADING=1
-// with MONOTONIC_USEC, validate, swap the config (give-up windows and
+// with MONOTONIC_USEC, validate (Validate, as `config check`: the TOML,
+// the roots, the [boot] files), swap the config (give-up windows and
 // backoffs restart), READY=1 whatever happened (or `systemctl reload`
-// hangs). A bad config is refused and the old one kept.
-func (d *daemon) reload() error {
+// hangs). A bad config is refused and the old one kept; the refusal is
+// remembered (check, the metrics, the status line) until a good reload.
+func (d *daemon) reload() (Valid, error) {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err == nil {
 		d.notify(fmt.Sprintf("RELOADING=1\nMONOTONIC_USEC=%d", ts.Nano()/1000))
@@ -56,14 +58,15 @@ func (d *daemon) reload() error {
 		d.notify("RELOADING=1")
 	}
 	defer d.notify("READY=1")
-	cfg, err := config.Load(d.paths.Config)
+	v, err := Validate(d.paths)
 	if err != nil {
 		d.log.Error("reload refused, keeping the old config", "err", err)
 		msg := err.Error()
 		d.refused.Store(&msg)
 		d.env.Engine.Poke() // the status line says it at once
-		return fmt.Errorf("%w; the daemon keeps its current config", err)
+		return v, fmt.Errorf("%w; the daemon keeps its current config", err)
 	}
+	cfg := v.Config
 	d.env.Engine.SetConfig(cfg)
 	if d.env.Model != nil {
 		// A reload also checks the model: a full rescan, compared object
@@ -73,8 +76,36 @@ func (d *daemon) reload() error {
 	}
 	d.log.Info("config reloaded; give-up windows restarted", "watch", fmt.Sprint(cfg.Watch), "give_up_after", cfg.GiveUpAfter)
 	d.refused.Store(nil)
+	d.savedBad.Store(nil) // Validate read them whole
 	d.env.Engine.Poke()
-	return nil
+	return v, nil
+}
+
+// configStatus is the report's StatusReport.Config: nil when the daemon
+// has no trouble with its config.
+func (d *daemon) configStatus() *status.ConfigStatus {
+	var c status.ConfigStatus
+	if p := d.refused.Load(); p != nil {
+		c.ReloadRefused = *p
+	}
+	if p := d.savedBad.Load(); p != nil {
+		c.SavedUnreadable = *p
+	}
+	if c == (status.ConfigStatus{}) {
+		return nil
+	}
+	return &c
+}
+
+// configState is configStatus for the metrics.
+func (d *daemon) configState() metrics.ConfigState {
+	return metrics.ConfigState{ReloadRefused: d.refused.Load() != nil, SavedUnreadable: d.savedBad.Load() != nil}
+}
+
+// ReloadReply is the control socket's answer to a reload it made.
+type ReloadReply struct {
+	Reloaded bool   `json:"reloaded"`
+	Summary  string `json:"summary"` // Valid.Summary: "config F is valid (…)"
 }
 
 // handler serves the control socket.
@@ -86,7 +117,9 @@ func (d *daemon) handler() control.Handler {
 			if err != nil {
 				return nil, err
 			}
-			return status.Report(snap, "daemon"), nil
+			r := status.Report(snap, "daemon")
+			r.Config = d.configStatus()
+			return r, nil
 		case "trigger":
 			d.env.Engine.Poke()
 			return map[string]bool{"poked": true}, nil
@@ -95,10 +128,11 @@ func (d *daemon) handler() control.Handler {
 				return nil, fmt.Errorf("the daemon reads %s, not %s: reload %s (nvmet-rebind --config %s reload), or check %s with nvmet-rebind --config %s plan",
 					d.paths.Config, req.ID, d.paths.Config, d.paths.Config, req.ID, req.ID)
 			}
-			if err := d.reload(); err != nil {
+			v, err := d.reload()
+			if err != nil {
 				return nil, err
 			}
-			return map[string]bool{"reloaded": true}, nil
+			return ReloadReply{Reloaded: true, Summary: v.Summary()}, nil
 		case "rebind":
 			k, err := status.KeyOf(req.ID)
 			if err != nil {

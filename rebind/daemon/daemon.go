@@ -41,6 +41,7 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/control"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/metrics"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/saved"
 	"github.com/nvmet-rebind/nvmet-rebind/udev"
 )
 
@@ -167,6 +168,14 @@ func setUp(p Paths, log *slog.Logger, o RunOptions) (*daemon, *control.Server, f
 		"give_up_after", cfg.GiveUpAfter, "pin_device", cfg.PinDevice, "resync_interval", cfg.ResyncInterval, "dry_run", o.DryRun,
 		"metrics_textfile", textfilePath(o.MetricsTextfile, cfg), "configfs_model", env.Model != nil, "rescan_interval", cfg.RescanInterval)
 	d := &daemon{paths: p, log: log, env: env}
+	if _, err := saved.Check(cfg); err != nil {
+		// Not fatal: the engine completes what it can read (a restore
+		// with no file saved yet is common at a first install), but
+		// check and the metrics say so until a reload reads it whole.
+		log.Warn("saved config unreadable; what it declares is not completed until a reload reads it whole", "err", err)
+		msg := err.Error()
+		d.savedBad.Store(&msg)
+	}
 	srv, err := control.Listen(p.Socket(), d.handler())
 	if err != nil {
 		return fail(err)
@@ -182,6 +191,7 @@ func (d *daemon) tasks(o RunOptions, srv *control.Server, hup <-chan os.Signal) 
 	events := new(udev.Stats)
 	rounds, trims, sights, lines := newTrigger(), newTrigger(), newTrigger(), newTrigger()
 	col := metrics.NewCollector(d.env.Engine, events)
+	col.SetConfigState(d.configState)
 	tasks := []task{
 		&watcher{name: "uevents", watch: udev.WatchUevents, hint: d.hint, stats: events},
 		&watcher{name: "rtnetlink", watch: udev.WatchRtnetlink, hint: d.hint, stats: events},
@@ -238,6 +248,9 @@ type daemon struct {
 	// refused is the error of the last refused reload, until a reload
 	// succeeds (the status line says the config on disk is not in use).
 	refused atomic.Pointer[string]
+	// savedBad says why a saved config [boot] names could not be read
+	// whole at the start (saved.Check), until a reload succeeds.
+	savedBad atomic.Pointer[string]
 }
 
 // notify sends to systemd's NOTIFY_SOCKET (nothing without one).
