@@ -109,10 +109,31 @@ func ProbeConfigfs(root string) ConfigfsSight {
 			return c
 		}
 	}
-	if !c.Mounted && !c.Nvmet && !c.LIO {
+	switch {
+	case c.Nvmet || c.LIO:
+	case holdsTrees(filepath.Dir(root)):
+		c.Err = fmt.Errorf("%s is one level inside the configfs root %s, which holds nvmet/ or target/iscsi/: use --configfs-root %s", root, filepath.Dir(root), filepath.Dir(root))
+	case holdsTrees(filepath.Join(root, "config")):
+		c.Err = fmt.Errorf("%s is one level above the configfs root %s, which holds nvmet/ or target/iscsi/: use --configfs-root %s", root, filepath.Join(root, "config"), filepath.Join(root, "config"))
+	case !c.Mounted:
 		c.Err = fmt.Errorf("%s is not a configfs mount (mount -t configfs none %s)", root, root)
 	}
 	return c
+}
+
+// holdsTrees tells whether dir looks like a configfs root: a configfs
+// mount's top (not a directory inside one), or a directory holding nvmet/
+// or target/iscsi/. It tells a root given one level off from the right one.
+func holdsTrees(dir string) bool {
+	if isConfigfsMount(dir) && !isConfigfsMount(filepath.Dir(dir)) {
+		return true
+	}
+	for _, t := range []string{"nvmet", filepath.Join("target", "iscsi")} {
+		if st, err := os.Stat(filepath.Join(dir, t)); err == nil && st.IsDir() {
+			return true
+		}
+	}
+	return false
 }
 
 // sight is what the observation saw, with cfg's watched subnets and saved

@@ -30,7 +30,7 @@ func direct(c *cli.Context, mode daemon.Mode) (*daemon.Env, func(), error) {
 	}
 	unlock := func() {}
 	if mode == daemon.Write {
-		if unlock, err = daemon.Lock(c.String("state-dir")); err != nil {
+		if unlock, err = daemon.Lock(paths(c).State); err != nil {
 			return nil, nil, exit(2, err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/control"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/daemon"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/status"
@@ -18,7 +19,38 @@ import (
 // liveOrDirect asks the daemon for its live status, else reads directly
 // (read-only: nothing is created or changed).
 func liveOrDirect(c *cli.Context) (status.StatusReport, error) {
-	return readStatus(c, func(s string) { fmt.Fprintln(c.App.ErrWriter, "nvmet-rebind:", s) })
+	r, err := readStatus(c, func(s string) { fmt.Fprintln(c.App.ErrWriter, "nvmet-rebind:", s) })
+	if err == nil {
+		err = notSeen(r.Configfs)
+	}
+	return r, err
+}
+
+// probed is err, a failed reading of configfs, after why the root cannot
+// be seen when the probe says so (a root of mode 000 fails the reading
+// of its objects before the report is made).
+func probed(root string, err error) error {
+	if c := rebind.ProbeConfigfs(root); c.Err != nil {
+		return fmt.Errorf("not seen: configfs: %v (%w)", c.Err, err)
+	}
+	return err
+}
+
+// notSeen is, as an exit 2, why nothing under the configfs root could be
+// seen: what check judges UNKNOWN of the root (the probe's error: missing,
+// unreadable, not configfs, one level off; or neither tree loaded) and
+// the table's trailer calls "not seen". An empty table or plan is then no
+// sign of a healthy target.
+func notSeen(c *status.ConfigfsStatus) error {
+	switch {
+	case c == nil:
+		return nil
+	case c.Error != "":
+		return exit(2, fmt.Errorf("not seen: configfs: %s", c.Error))
+	case !c.Nvmet && !c.LIO:
+		return exit(2, fmt.Errorf("not seen: neither nvmet nor LIO iSCSI is loaded (no %s/nvmet, no %s/target/iscsi)", c.Root, c.Root))
+	}
+	return nil
 }
 
 // readStatus is liveOrDirect telling note why it reads directly.
@@ -40,7 +72,7 @@ func readStatus(c *cli.Context, note func(string)) (status.StatusReport, error) 
 	defer done()
 	snap, err := env.Engine.Look()
 	if err != nil {
-		return r, exit(2, err)
+		return r, exit(2, probed(paths(c).Configfs, err))
 	}
 	return status.Report(snap, "direct"), nil
 }
@@ -89,9 +121,12 @@ func cmdPlan(c *cli.Context) error {
 		return err
 	}
 	defer done()
-	pl, _, err := env.Engine.PlanAll()
+	pl, obs, err := env.Engine.PlanAll()
 	if err != nil {
-		return exit(2, err)
+		return exit(2, probed(paths(c).Configfs, err))
+	}
+	if err := notSeen(status.Report(rebind.Snapshot{Sight: rebind.Sight{Configfs: obs.Configfs}}, "direct").Configfs); err != nil {
+		return err
 	}
 	for _, h := range pl.Heals {
 		what := h.Endpoint.String()
@@ -100,7 +135,7 @@ func cmdPlan(c *cli.Context) error {
 		}
 		fmt.Fprintf(c.App.Writer, "%s: %s (%s)\n", what, h.Action, h.Reason)
 		for _, s := range h.Steps {
-			fmt.Fprintf(c.App.Writer, "  %s\n", s.Describe(c.String("configfs-root")))
+			fmt.Fprintf(c.App.Writer, "  %s\n", s.Describe(paths(c).Configfs))
 		}
 	}
 	cp := env.Engine.PlanCompletion(c.Context)

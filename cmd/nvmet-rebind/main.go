@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -273,9 +274,21 @@ func stderrIsJournal() bool {
 	return js == fmt.Sprintf("%d:%d", st.Dev, st.Ino)
 }
 
+// paths are the command's files and roots; the roots are made absolute
+// (configfs symlinks resolve to absolute paths, and a relative root would
+// read every link as leaving it).
 func paths(c *cli.Context) daemon.Paths {
-	return daemon.Paths{Config: c.String("config"), Configfs: c.String("configfs-root"), Sysfs: c.String("sysfs-root"),
-		State: c.String("state-dir"), Run: c.String("run-dir")}
+	return daemon.Paths{Config: c.String("config"), Configfs: absPath(c.String("configfs-root")), Sysfs: absPath(c.String("sysfs-root")),
+		State: absPath(c.String("state-dir")), Run: absPath(c.String("run-dir"))}
+}
+
+// absPath is p made absolute against the working directory (p as it is
+// when that cannot be read: the error then names p as given).
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }
 
 func cmdRun(c *cli.Context) error {
