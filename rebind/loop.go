@@ -54,6 +54,7 @@ type Engine struct {
 	trigger  chan struct{}
 	requests chan request // manual rebinds, served by Run
 	eventAt  atomic.Int64 // the last Poke (unix ns): an input of the next observation
+	looping  atomic.Bool  // Run is running: its retry timers retry a failed rebind
 
 	// Requests waiting for the next round.
 	wantCfg atomic.Pointer[Config] // the config asked for last (New, SetConfig)
@@ -350,8 +351,12 @@ func (e *Engine) report(outcomes []Outcome) {
 		addr, svc := o.Endpoint.Addr.Addr(), o.Endpoint.Addr.Port()
 		if o.Result == ResultOK {
 			e.log.Info("listener restored", "listener", keysString(o.Keys), "endpoint", o.Endpoint.String(), "address", addr, "service", svc, "action", o.Action.String(), "latency", o.Latency)
-		} else {
+		} else if e.looping.Load() {
 			e.log.Warn("rebind failed, will retry", "listener", keysString(o.Keys), "endpoint", o.Endpoint.String(), "address", addr, "action", o.Action.String(), "result", o.Result.String(), "err", o.Err, "retry_in", e.mem.Backoff[o.Endpoint])
+		} else {
+			// A round outside Run (trigger, rebind without a daemon): no
+			// retry timer runs after it.
+			e.log.Warn("rebind failed, not retried: no daemon runs", "listener", keysString(o.Keys), "endpoint", o.Endpoint.String(), "address", addr, "action", o.Action.String(), "result", o.Result.String(), "err", o.Err)
 		}
 	}
 }
@@ -361,6 +366,8 @@ func (e *Engine) report(outcomes []Outcome) {
 // for every manual rebind (Rebind). It is the one goroutine that writes
 // configfs. Round errors are logged and retried; they never stop the loop.
 func (e *Engine) Run(ctx context.Context, heartbeat func()) error {
+	e.looping.Store(true)
+	defer e.looping.Store(false)
 	resync := time.NewTimer(0)
 	defer resync.Stop()
 	retry := time.NewTimer(time.Hour)

@@ -44,6 +44,10 @@ func verify(done []pending, obs *Observed, obsErr error, mem Memory, cfg Config,
 			o.Err, o.Result = errors.New("verify: listener state unknown"), ResultUnverified
 		case v.State == StateStranded:
 			o.Err, o.Result = errors.New("written, but the listener is still on a device that does not carry the address"), ResultUnverified
+		case h.Endpoint.Kind == KindTCP:
+			// nvmet-tcp's listener is a TCP socket: judged from the
+			// kernel's sockets in LISTEN, not the cm_id table.
+			o.Err, o.Result = errors.New("written, but no TCP socket in LISTEN"), ResultUnverified
 		default:
 			o.Err, o.Result = errors.New("written, but no listener in the cm_id table"), ResultUnverified
 		}

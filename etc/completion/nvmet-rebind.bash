@@ -29,6 +29,9 @@ _nvmet_rebind() {
         --metrics-listen)
             COMPREPLY=($(compgen -W "127.0.0.1:9767 [::1]:9767" -- "$cur"))
             return ;;
+        -o|--output)
+            COMPREPLY=($(compgen -W "wide json" -- "$cur"))
+            return ;;
         --metrics-textfile)
             COMPREPLY=($(compgen -f -X '!*.prom' -- "$cur") $(compgen -d -- "$cur"))
             return ;;
@@ -54,7 +57,7 @@ _nvmet_rebind() {
                 COMPREPLY=($(compgen -W "$commands" -- "$cur"))
             fi ;;
         run)    COMPREPLY=($(compgen -W "--dry-run --metrics-listen --metrics-textfile --no-watch --help" -- "$cur")) ;;
-        status) COMPREPLY=($(compgen -W "--json --help" -- "$cur")) ;;
+        status) COMPREPLY=($(compgen -W "--json --output -o --help" -- "$cur")) ;;
         help)   COMPREPLY=($(compgen -W "$commands" -- "$cur")) ;;
         *)      COMPREPLY=($(compgen -W "--help" -- "$cur")) ;;
     esac
