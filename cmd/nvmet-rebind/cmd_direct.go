@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nvmet-rebind/nvmet-rebind/rebind/config"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/control"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/daemon"
 	"github.com/urfave/cli/v2"
@@ -159,30 +158,37 @@ func startTriggerUnit(ctx context.Context, seq string) error {
 }
 
 func cmdReload(c *cli.Context) error {
-	// A running daemon validates the config itself and refuses a bad one
-	// (its status line says so until a good reload): one judge of the
-	// config in use. It is told which file this command means, and
-	// refuses to reload its own when that is another.
+	// A running daemon validates the config itself (daemon.Validate, as
+	// config check: the TOML, the roots, the [boot] files) and refuses a
+	// bad one; check, the metrics and its status line say so until a good
+	// reload: one judge of the config in use. It is told which file this
+	// command means, and refuses to reload its own when that is another.
+	p := paths(c)
 	ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
 	defer cancel()
-	err := control.Call(ctx, paths(c).Socket(), control.Request{Cmd: "reload", ID: c.String("config")}, nil)
+	var reply daemon.ReloadReply
+	err := control.Call(ctx, p.Socket(), control.Request{Cmd: "reload", ID: p.Config}, &reply)
 	if err == nil {
-		fmt.Fprintf(c.App.Writer, "config %s is valid; daemon reloaded it\n", c.String("config"))
+		if reply.Summary == "" { // a daemon older than this command
+			reply.Summary = "config " + p.Config + " is valid"
+		}
+		fmt.Fprintf(c.App.Writer, "%s; the daemon reloaded it\n", reply.Summary)
 		return nil
 	}
 	if !errors.Is(err, control.ErrNoDaemon) {
-		return exit(2, err)
+		return exit(2, fmt.Errorf("reload refused: %w", err))
 	}
-	if _, err := config.Load(c.String("config")); err != nil {
-		return exit(2, fmt.Errorf("%w; no daemon answers on %s", err, paths(c).Socket()))
+	v, verr := daemon.Validate(p)
+	if verr != nil {
+		return exit(2, fmt.Errorf("reload refused: %w; no daemon answers on %s, nothing reloaded", verr, p.Socket()))
 	}
 	// No answer on the socket. Never signal a pid: after a crash it may
 	// belong to another process. The lock tells whether a daemon is there.
-	unlock, lerr := daemon.Lock(c.String("state-dir"))
+	unlock, lerr := daemon.Lock(p.State)
 	if lerr != nil {
-		return exit(2, fmt.Errorf("config %s is valid, but the daemon holding %s does not answer on %s (%v); use systemctl reload nvmet-rebind", c.String("config"), c.String("state-dir"), paths(c).Socket(), err))
+		return exit(2, fmt.Errorf("%s, but the daemon holding %s does not answer on %s (%v); use systemctl reload nvmet-rebind", v.Summary(), p.State, p.Socket(), err))
 	}
 	unlock()
-	fmt.Fprintf(c.App.Writer, "config %s is valid; no daemon is running, nothing to reload\n", c.String("config"))
+	fmt.Fprintf(c.App.Writer, "%s; no daemon is running, nothing to reload\n", v.Summary())
 	return nil
 }

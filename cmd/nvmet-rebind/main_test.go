@@ -439,7 +439,7 @@ func bareCmd(args ...string) *exec.Cmd {
 func TestUnknownCommand(t *testing.T) {
 	for _, args := range [][]string{{"bogus"}, {"help", "bogus"}, {"--log-level", "debug", "bogus", "x"}} {
 		stdout, stderr, code := runSplit(t, bareCmd(args...))
-		want := `nvmet-rebind: unknown command "bogus": the commands are run, reload, status, check, plan, trigger, rebind, version (see nvmet-rebind --help)` + "\n"
+		want := `nvmet-rebind: unknown command "bogus": the commands are run, reload, config, status, check, plan, trigger, rebind, version (see nvmet-rebind --help)` + "\n"
 		if code != 2 || stdout != "" || stderr != want {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 and stderr %q", args, code, stdout, stderr, want)
 		}

@@ -1,10 +1,7 @@
 package daemon
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"strings"
 
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
@@ -27,9 +24,11 @@ type Valid struct {
 
 // Validate reads everything the daemon reads from the paths p names, as
 // `config check`, `reload` and the daemon's own reload judge it: the TOML
-// config (config.Load), the configfs and sysfs roots (each must be a
-// directory), and the saved configs [boot] names (saved.Check: each must
-// exist and parse whole). The error is the first problem, naming the file
+// config (config.Load), the configfs root (rebind.ProbeConfigfs: there,
+// a directory, and a configfs mount or holding nvmet/ or target/iscsi/;
+// sysfs is not judged: without it RDMA is only not seen, as status says),
+// and the saved configs [boot] names (saved.Check: each must exist and
+// parse whole). The error is the first problem, naming the file
 // and the line or entry.
 func Validate(p Paths) (Valid, error) {
 	v := Valid{Path: p.Config}
@@ -42,27 +41,10 @@ func Validate(p Paths) (Valid, error) {
 	if err := v.Configfs.Err; err != nil {
 		return v, fmt.Errorf("--configfs-root: %w", err)
 	}
-	if err := checkRoot("sysfs root", "--sysfs-root", p.Sysfs); err != nil {
-		return v, err
-	}
 	if v.Saved, err = saved.Check(cfg); err != nil {
 		return v, fmt.Errorf("config %s: [boot]: %w", p.Config, err)
 	}
 	return v, nil
-}
-
-// checkRoot refuses a root that is not a directory.
-func checkRoot(what, flag, path string) error {
-	st, err := os.Stat(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("%s %s does not exist (%s)", what, path, flag)
-	case err != nil:
-		return fmt.Errorf("%s: %w", what, err)
-	case !st.IsDir():
-		return fmt.Errorf("%s %s is not a directory (%s)", what, path, flag)
-	}
-	return nil
 }
 
 // Summary is the one line `config check` and `reload` print for a valid

@@ -73,7 +73,6 @@ func TestValidate(t *testing.T) {
 		{name: "bad TOML", setup: func(t *testing.T, tr *tree) { tr.config(t, "[policy]\nbogus = 1\n") }, want: `config.toml: line 2: unknown key "policy.bogus"`},
 		{name: "configfs root missing", setup: func(t *testing.T, tr *tree) { tr.paths.Configfs = filepath.Join(tr.dir, "nope") }, want: "--configfs-root: configfs root " + "%DIR%/nope does not exist"},
 		{name: "configfs root not configfs", setup: func(t *testing.T, tr *tree) { tr.paths.Configfs = t.TempDir() }, want: "is not a configfs mount"},
-		{name: "sysfs root a file", setup: func(t *testing.T, tr *tree) { tr.paths.Sysfs = tr.saved }, want: "sysfs root %DIR%/nvmet.json is not a directory (--sysfs-root)"},
 		{name: "[boot] file missing", setup: func(t *testing.T, tr *tree) { os.Remove(tr.saved) }, want: "config %DIR%/config.toml: [boot]: nvmetcli config %DIR%/nvmet.json: file does not exist"},
 		{name: "[boot] file corrupt", setup: func(t *testing.T, tr *tree) { tr.write(t, tr.saved, `{"ports": [`) }, want: "[boot]: nvmetcli config %DIR%/nvmet.json: unexpected end of JSON input"},
 		{name: "[boot] bad entry named", setup: func(t *testing.T, tr *tree) {
