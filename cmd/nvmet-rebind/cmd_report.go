@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
@@ -77,17 +78,67 @@ func readStatus(c *cli.Context, note func(string)) (status.StatusReport, error) 
 	return status.Report(snap, "direct"), nil
 }
 
+// cmdStatus shows every listener in 120 columns (-o wide: every column,
+// one line each), or one listener in full: status <id>.
 func cmdStatus(c *cli.Context) error {
+	id, asJSON, output := "", c.Bool("json"), c.String("output")
+	// urfave/cli stops at the first argument: the flags after an id
+	// (status 2 --json) are read here.
+	args := c.Args().Slice()
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		name, v, hasV := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		switch {
+		case a == "--json" || a == "-json":
+			asJSON = true
+		case strings.HasPrefix(a, "-") && (name == "o" || name == "output"):
+			if !hasV && i+1 < len(args) {
+				i++
+				v, hasV = args[i], true
+			}
+			if !hasV {
+				return exit(2, fmt.Errorf("status: %s needs a value: wide or json", a))
+			}
+			output = v
+		case strings.HasPrefix(a, "-") && len(a) > 1:
+			return exit(2, fmt.Errorf("status: unknown flag %s (see nvmet-rebind status --help)", clipArg(a)))
+		case id == "":
+			id = a
+		default:
+			return exit(2, fmt.Errorf("status: give at most one port id or portal id, not %q and %q", clipArg(id), clipArg(a)))
+		}
+	}
+	switch output {
+	case "", "wide":
+	case "json":
+		asJSON = true
+	default:
+		return exit(2, fmt.Errorf("status: --output %q: use wide or json", clipArg(output)))
+	}
 	r, err := liveOrDirect(c)
 	if err != nil {
 		return err
 	}
-	if c.Bool("json") {
+	var one status.ListenerStatus
+	if id != "" {
+		if one, err = status.Lookup(r, id); err != nil {
+			return exit(2, fmt.Errorf("status: %w", err))
+		}
+	}
+	switch {
+	case asJSON:
 		enc := json.NewEncoder(c.App.Writer)
 		enc.SetIndent("", "  ")
+		if id != "" {
+			return enc.Encode(one)
+		}
 		return enc.Encode(r)
+	case id != "":
+		return status.WriteListener(c.App.Writer, r, one)
+	case output == "wide":
+		return status.WriteTable(c.App.Writer, r)
 	}
-	return status.WriteTable(c.App.Writer, r)
+	return status.WriteFitted(c.App.Writer, r, status.Width)
 }
 
 // cmdCheck is a monitoring plugin (Nagios, Icinga, Sensu, Checkmk,

@@ -26,6 +26,11 @@ func TestReport(t *testing.T) {
 			{Key: k2, Address: netip.IPv4Unspecified(), Service: 4420, State: rebind.StateListening, Reason: "wildcard address"},
 		},
 		Results: map[rebind.Key]rebind.Outcome{k1: {Action: rebind.ActRebindPort, At: at, Result: rebind.ResultRefused, Err: errors.New("bind: cannot assign requested address")}},
+		History: map[rebind.Key][]rebind.Outcome{k1: {
+			{Action: rebind.ActRebindPort, At: at.Add(-time.Minute), Result: rebind.ResultOK, Latency: 1500 * time.Microsecond},
+			{Action: rebind.ActDropJournal, At: at.Add(-time.Minute), Result: rebind.ResultNone},
+			{Action: rebind.ActRebindPort, At: at, Result: rebind.ResultRefused, Err: errors.New("bind: cannot assign requested address")},
+		}},
 	}
 	r := status.Report(snap, "daemon")
 	f := false
@@ -33,7 +38,12 @@ func TestReport(t *testing.T) {
 	want := []status.ListenerStatus{
 		{Kind: "nvmet", ID: "1", Address: "192.0.2.1", Service: "4420", Managed: true, Expected: true, Reason: "listener dead", Listening: &f,
 			Device: "rxe1", Netdev: "veth1", Endpoint: "nvmet_rdma 192.0.2.1:4420", Transport: "rdma", Sharers: 1, State: "dead", RDMADevice: "rxe1", RDMAPort: 1,
-			DeadSince: ptr(at.Add(-time.Second)), RetryAt: ptr(at.Add(time.Second)), LastAction: "rebind", LastResult: "bind: cannot assign requested address", LastAt: &at},
+			DeadSince: ptr(at.Add(-time.Second)), RetryAt: ptr(at.Add(time.Second)), LastAction: "rebind", LastResult: "bind: cannot assign requested address", LastAt: &at,
+			History: []status.HealRecord{
+				{At: at.Add(-time.Minute), Action: "rebind", Result: "ok", LatencyMS: ptr(1.5)},
+				{At: at.Add(-time.Minute), Action: "drop-journal", Result: "none"},
+				{At: at, Action: "rebind", Result: "refused", Error: "bind: cannot assign requested address"},
+			}},
 		{Kind: "nvmet", ID: "2", Address: "0.0.0.0", Service: "4420", Reason: "wildcard address", Listening: &tr, State: "listening"},
 	}
 	if diff := cmp.Diff(want, r.Listeners); diff != "" {

@@ -89,6 +89,35 @@ type ListenerStatus struct {
 	GaveUp bool `json:"gave_up,omitempty"`
 	// Missing: a saved config declares the object and configfs lacks it.
 	Missing bool `json:"missing,omitempty"`
+	// History is the object's last heals (rebind.HistoryLen), oldest
+	// first, as the daemon keeps them in memory since it started.
+	History []HealRecord `json:"history,omitempty"`
+}
+
+// HealRecord is one heal of an object's history (rebind.Outcome).
+type HealRecord struct {
+	At     time.Time `json:"at"`
+	Action string    `json:"action"`
+	// Result is ok, refused, error, unverified, or none (a journal drop:
+	// nothing to verify).
+	Result    string   `json:"result"`
+	LatencyMS *float64 `json:"latency_ms,omitempty"` // first write to LISTEN verified
+	Error     string   `json:"error,omitempty"`
+}
+
+// healRecord renders one outcome of a history.
+func healRecord(o rebind.Outcome) HealRecord {
+	h := HealRecord{At: o.At, Action: o.Action.String(), Result: o.Result.String()}
+	if h.Result == "" {
+		h.Result = "none"
+	}
+	if o.Latency > 0 {
+		h.LatencyMS = ptr(float64(o.Latency.Microseconds()) / 1000)
+	}
+	if o.Err != nil {
+		h.Error = o.Err.Error()
+	}
+	return h
 }
 
 // ConfigfsStatus is what the configfs root showed (rebind.ConfigfsSight).
@@ -229,6 +258,9 @@ func Report(s rebind.Snapshot, source string) StatusReport {
 				ls.LatencyMS = ptr(float64(res.Latency.Microseconds()) / 1000)
 			}
 		}
+		for _, o := range s.History[it.Key] {
+			ls.History = append(ls.History, healRecord(o))
+		}
 		r.Listeners = append(r.Listeners, ls)
 	}
 	return r
@@ -256,7 +288,9 @@ func parseState(name string) rebind.State {
 
 func ptr[T any](v T) *T { return &v }
 
-// WriteTable prints the report as `nvmet-rebind status` shows it. Names
+// WriteTable prints the report as `nvmet-rebind status -o wide` shows it:
+// every column, each row on one line however long (WriteFitted fits a
+// width). Names
 // and texts read from the system are rendered safely: a name holding a
 // control character (a newline, a tab) is quoted as Go quotes it, free
 // text has its control characters escaped, so no row is broken or hidden.
@@ -306,20 +340,26 @@ func WriteTable(out io.Writer, r StatusReport) error {
 	if r.ListenersError != "" {
 		fmt.Fprintf(&trailer, "\nlistening is unknown: %s\n", escape(r.ListenersError))
 	}
+	writeTrailer(&trailer, r)
+	_, err := io.WriteString(out, trailer.String())
+	return err
+}
+
+// writeTrailer writes what follows either table: what the report could
+// not see and the saved configs' differences.
+func writeTrailer(trailer *strings.Builder, r StatusReport) {
 	for _, n := range unseen(r) {
-		fmt.Fprintf(&trailer, "\nnot seen: %s\n", escape(n))
+		fmt.Fprintf(trailer, "\nnot seen: %s\n", escape(n))
 	}
 	if n := len(r.SavedMissing); n > 0 {
-		fmt.Fprintf(&trailer, "\ndeclared by the saved config, not in configfs (%d):\n", n)
+		fmt.Fprintf(trailer, "\ndeclared by the saved config, not in configfs (%d):\n", n)
 		for _, m := range r.SavedMissing {
-			fmt.Fprintf(&trailer, "  %s: %s\n", escape(m.Object), escape(m.Waiting))
+			fmt.Fprintf(trailer, "  %s: %s\n", escape(m.Object), escape(m.Waiting))
 		}
 	}
 	for _, d := range r.SavedDiffers {
-		fmt.Fprintf(&trailer, "\ndiffers from the saved config (left as it is): %s\n", escape(d))
+		fmt.Fprintf(trailer, "\ndiffers from the saved config (left as it is): %s\n", escape(d))
 	}
-	_, err := io.WriteString(out, trailer.String())
-	return err
 }
 
 // unseen lists what the report could not see, beyond the listeners'

@@ -291,6 +291,7 @@ func fullReport() status.StatusReport {
 			Sharers: 2, State: "dead", RDMADevice: "mlx5_0", RDMAPort: 1, Expected: true, DeadSince: &dead,
 			LastAction: "rebind", LastResult: "EADDRINUSE", LastAt: &last, LatencyMS: &lat, RetryAt: &retry,
 			Heal: "rebind", GaveUp: true,
+			History: []status.HealRecord{{At: last, Action: "rebind", Result: "error", Error: "EADDRINUSE"}, {At: at, Action: "rebind", Result: "ok", LatencyMS: &lat}},
 		}},
 		SchemaVersion:  status.SchemaVersion,
 		ListenersError: "no netlink",
@@ -309,7 +310,7 @@ var (
 		"schema_version", "source", "unreadable"}
 	reportKeysMinimal = []string{"at", "listeners", "schema_version", "source"}
 	listenerKeys      = []string{
-		"address", "dead_since", "device", "endpoint", "expected", "gave_up", "heal", "id", "kind", "last_action",
+		"address", "dead_since", "device", "endpoint", "expected", "gave_up", "heal", "history", "id", "kind", "last_action",
 		"last_action_at", "last_latency_ms", "last_result", "listening", "managed", "netdev",
 		"rdma_device", "rdma_port", "reason", "retry_at", "service", "sharers", "state",
 	}
@@ -408,6 +409,7 @@ func TestJSONValues(t *testing.T) {
 				"rdma_port": `1`, "expected": `true`, "dead_since": `"2025-03-04T05:05:07Z"`,
 				"last_action": `"rebind"`, "last_result": `"EADDRINUSE"`, "last_action_at": `"2025-03-04T05:06:06Z"`,
 				"last_latency_ms": `12.5`, "retry_at": `"2025-03-04T05:06:08Z"`, "heal": `"rebind"`, "gave_up": `true`,
+				"history": `[{"at":"2025-03-04T05:06:06Z","action":"rebind","result":"error","error":"EADDRINUSE"},{"at":"2025-03-04T05:06:07Z","action":"rebind","result":"ok","latency_ms":12.5}]`,
 			},
 		},
 		{
@@ -420,6 +422,7 @@ func TestJSONValues(t *testing.T) {
 				"rdma_port": `1`, "expected": `true`, "dead_since": `"2025-03-04T05:05:07Z"`,
 				"last_action": `"rebind"`, "last_result": `"EADDRINUSE"`, "last_action_at": `"2025-03-04T05:06:06Z"`,
 				"last_latency_ms": `12.5`, "retry_at": `"2025-03-04T05:06:08Z"`, "heal": `"rebind"`, "gave_up": `true`,
+				"history": `[{"at":"2025-03-04T05:06:06Z","action":"rebind","result":"error","error":"EADDRINUSE"},{"at":"2025-03-04T05:06:07Z","action":"rebind","result":"ok","latency_ms":12.5}]`,
 			},
 		},
 	}
