@@ -30,13 +30,13 @@ func direct(c *cli.Context, mode daemon.Mode) (*daemon.Env, func(), error) {
 	unlock := func() {}
 	if mode == daemon.Write {
 		if unlock, err = daemon.Lock(paths(c).State); err != nil {
-			return nil, nil, exit(2, err)
+			return nil, nil, exit(2, rights(err))
 		}
 	}
 	env, err := daemon.Open(paths(c), log, mode, faultHook())
 	if err != nil {
 		unlock()
-		return nil, nil, exit(2, err)
+		return nil, nil, exit(2, rights(err))
 	}
 	return env, func() { env.Close(); unlock() }, nil
 }
@@ -58,7 +58,7 @@ func cmdTrigger(c *cli.Context) error {
 	if err == nil {
 		return nil
 	}
-	if !errors.Is(err, control.ErrNoDaemon) {
+	if !errors.Is(err, control.ErrNoDaemon) && !errors.Is(err, control.ErrRefused) {
 		return exit(1, fmt.Errorf("trigger: did nothing: the daemon on %s did not take the poke: %w", sock, err))
 	}
 	// No daemon. Run by udev on a systemd host: the reconcile is systemd's

@@ -29,7 +29,7 @@ func cmdRebind(c *cli.Context) error {
 		ls, err = rebindDirect(ctx, c, k)
 	}
 	if err != nil {
-		return exit(2, err)
+		return exit(2, rights(err))
 	}
 	fmt.Fprintf(c.App.Writer, "%s %s: listening=%s: %s\n", ls.Kind, ls.ID, status.YesNo(ls.Listening), ls.Reason)
 	if ls.Listening == nil || !*ls.Listening {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/coreos/go-systemd/v22/journal"
 	"github.com/urfave/cli/v2"
 
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/control"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/daemon"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/status"
 )
@@ -35,6 +37,21 @@ func exit(code int, err error) cli.ExitCoder {
 		return cli.Exit("", code)
 	}
 	return cli.Exit(err.Error(), code)
+}
+
+// needsRoot is the one message of every command run without the rights
+// it needs (the config, the state directory, configfs and the control
+// socket are root's).
+const needsRoot = "needs root (or a sudoers rule: see nvmet-rebind(8))"
+
+// rights is err with needsRoot before it when err is a refusal of the
+// caller: a permission denied (EACCES, EPERM), or the daemon refusing it
+// (control.ErrRefused). Any other err is returned as it is.
+func rights(err error) error {
+	if err == nil || !errors.Is(err, fs.ErrPermission) && !errors.Is(err, control.ErrRefused) || strings.Contains(err.Error(), needsRoot) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", needsRoot, err)
 }
 
 func main() {

@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -49,9 +50,11 @@ type Request struct {
 
 // Response is what the daemon answers.
 type Response struct {
-	OK     bool            `json:"ok"`
-	Error  string          `json:"error,omitempty"`
-	Result json.RawMessage `json:"result,omitempty"`
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+	// Refused: the daemon refused the caller (its uid), read nothing.
+	Refused bool            `json:"refused,omitempty"`
+	Result  json.RawMessage `json:"result,omitempty"`
 }
 
 // Handler serves one request.
@@ -324,7 +327,7 @@ func (s *Server) serve(ctx context.Context, cn *conn) {
 	allowed := s.allowed
 	s.mu.Unlock()
 	if !allowed(uid) {
-		enc.Encode(Response{Error: fmt.Sprintf("uid %d is not allowed: the control socket is for root", uid)})
+		enc.Encode(Response{Error: fmt.Sprintf("uid %d is not allowed: the control socket is for root", uid), Refused: true})
 		return
 	}
 	var req Request
@@ -357,10 +360,19 @@ func (s *Server) serve(ctx context.Context, cn *conn) {
 // ErrNoDaemon means nothing answers on the socket.
 var ErrNoDaemon = errors.New("no daemon is running")
 
+// ErrRefused means the caller may not use the socket: the daemon refused
+// its uid, or the mode of the socket or of a directory above it refused
+// the connect (EACCES, EPERM: whether a daemon runs there cannot be told
+// then). It is never ErrNoDaemon.
+var ErrRefused = errors.New("the control socket refused this caller")
+
 // Call sends one request and decodes the result into out (may be nil).
 func Call(ctx context.Context, path string, req Request, out any) error {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", path)
+	if errors.Is(err, fs.ErrPermission) {
+		return fmt.Errorf("%w: uid %d may not connect to %s: %w", ErrRefused, os.Geteuid(), path, err)
+	}
 	if err != nil {
 		return fmt.Errorf("%w (%v)", ErrNoDaemon, err)
 	}
@@ -377,6 +389,9 @@ func Call(ctx context.Context, path string, req Request, out any) error {
 			err = werr
 		}
 		return fmt.Errorf("control socket %s: %w", path, err)
+	}
+	if !resp.OK && resp.Refused {
+		return fmt.Errorf("%w: %s", ErrRefused, resp.Error)
 	}
 	if !resp.OK {
 		return errors.New(resp.Error)
