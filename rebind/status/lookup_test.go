@@ -1,6 +1,7 @@
 package status_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -94,6 +95,55 @@ func TestFind(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.want, line{got.Kind, got.ID, got.Reason}); diff != "" {
 				t.Errorf("Find(%v) (-want +got):\n%s", tt.key, diff)
+			}
+		})
+	}
+}
+
+func TestLookup(t *testing.T) {
+	t.Parallel()
+	r := status.StatusReport{Listeners: []status.ListenerStatus{
+		{Kind: "nvmet", ID: "1", Reason: "port 1"},
+		{Kind: "nvmet", ID: "10", Reason: "port 10"},
+		{Kind: "lio", ID: portal, Reason: "the portal"},
+	}}
+	var many status.StatusReport
+	for i := range 25 {
+		many.Listeners = append(many.Listeners, status.ListenerStatus{Kind: "nvmet", ID: fmt.Sprint(i)})
+	}
+	const ids = "; the ids are 1, 10, " + portal
+	for _, tt := range []struct {
+		name, id string
+		r        status.StatusReport
+		want     string // the reason of the listener found
+		err      string // the whole error; "" for none
+	}{
+		{name: "port", id: "1", r: r, want: "port 1"},
+		{name: "port, not a prefix", id: "10", r: r, want: "port 10"},
+		{name: "portal", id: portal, r: r, want: "the portal"},
+		{name: "unknown port", id: "9", r: r, err: "nvmet port 9: no such port or portal" + ids},
+		{name: "unknown portal", id: "iqn.2024-01.lab:t/tpgt_2/192.0.2.1:3260", r: r,
+			err: "lio portal iqn.2024-01.lab:t/tpgt_2/192.0.2.1:3260: no such port or portal" + ids},
+		{name: "not a portal id", id: "iqn.2024-01.lab:t/tpgt_1", r: r,
+			err: "portal \"iqn.2024-01.lab:t/tpgt_1\": want <iqn>/tpgt_<N>/<ip>:<port>" + ids},
+		{name: "nothing to show", id: "1", r: status.StatusReport{}, err: "nvmet port 1: no such port or portal; status shows no port or portal"},
+		{name: "many ids, the first 20 named", id: "x", r: many,
+			err: "nvmet port x: no such port or portal; the ids are 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19 and 5 more (see nvmet-rebind status)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := status.Lookup(tt.r, tt.id)
+			if tt.err != "" {
+				if err == nil || err.Error() != tt.err {
+					t.Fatalf("Lookup(%q) = %+v, %v; want the error %q", tt.id, got, err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Lookup(%q): %v", tt.id, err)
+			}
+			if got.Reason != tt.want {
+				t.Errorf("Lookup(%q) = %+v, want the line with reason %q", tt.id, got, tt.want)
 			}
 		})
 	}

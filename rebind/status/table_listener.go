@@ -48,6 +48,7 @@ func WriteListener(out io.Writer, r StatusReport, l ListenerStatus) error {
 	switch {
 	case len(l.History) > 0:
 		fmt.Fprintf(&b, "\nhistory (the last %d heals, oldest first):\n", len(l.History))
+		fmt.Fprintf(&b, "  %-19s  %-15s  %-10s  %9s  %s\n", "AT", "ACTION", "RESULT", "LATENCY", "ERROR")
 		for _, h := range l.History {
 			line := fmt.Sprintf("  %s  %-15s  %-10s  %9s  ", h.At.Local().Format(time.DateTime), escape(h.Action), escape(h.Result), millis(h.LatencyMS))
 			if h.Error == "" {
