@@ -176,11 +176,11 @@ func cmdReload(c *cli.Context) error {
 		return nil
 	}
 	if !errors.Is(err, control.ErrNoDaemon) {
-		return exit(2, fmt.Errorf("reload refused: %w", err))
+		return exit(2, rights(fmt.Errorf("reload refused: %w", err)))
 	}
 	v, verr := daemon.Validate(p)
 	if verr != nil {
-		return exit(2, fmt.Errorf("reload refused: %w; no daemon answers on %s, nothing reloaded", verr, p.Socket()))
+		return exit(2, rights(fmt.Errorf("reload refused: %w; no daemon answers on %s, nothing reloaded", verr, p.Socket())))
 	}
 	// No answer on the socket. Never signal a pid: after a crash it may
 	// belong to another process. The lock tells whether a daemon is there.
