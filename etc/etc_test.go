@@ -46,7 +46,7 @@ const (
 // The CLI surface the docs must cover (cmd/nvmet-rebind). TestDocsMatchCLI
 // checks this list against the built binary's --help.
 var (
-	commands    = []string{"run", "reload", "status", "check", "plan", "trigger", "rebind", "version"}
+	commands    = []string{"run", "reload", "config", "status", "check", "plan", "trigger", "rebind", "version"}
 	globalFlags = []string{"--config", "--configfs-root", "--sysfs-root", "--state-dir", "--run-dir", "--log-level"}
 )
 

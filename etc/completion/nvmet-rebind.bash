@@ -12,7 +12,7 @@ _nvmet_rebind() {
         cword=$COMP_CWORD
     fi
 
-    local commands="run reload status check plan trigger rebind version help"
+    local commands="run reload config status check plan trigger rebind version help"
     local global_opts="--config --configfs-root --sysfs-root --state-dir --run-dir --log-level --help -h --version -v"
 
     # Values of the options that take one.
@@ -58,6 +58,12 @@ _nvmet_rebind() {
             fi ;;
         run)    COMPREPLY=($(compgen -W "--dry-run --metrics-listen --metrics-textfile --no-watch --help" -- "$cur")) ;;
         status) COMPREPLY=($(compgen -W "--json --output -o --help" -- "$cur")) ;;
+        config)
+            if [[ " ${words[*]:i+1:cword-i-1} " == *" check "* ]]; then
+                COMPREPLY=($(compgen -W "--config --help" -- "$cur"))
+            else
+                COMPREPLY=($(compgen -W "check --help" -- "$cur"))
+            fi ;;
         help)   COMPREPLY=($(compgen -W "$commands" -- "$cur")) ;;
         *)      COMPREPLY=($(compgen -W "--help" -- "$cur")) ;;
     esac

@@ -27,7 +27,8 @@ func TestReferenceConfigParses(t *testing.T) {
 		t.Errorf("reference config differs from the defaults (-want +got):\n%s", diff)
 	}
 	// Uncommenting the examples gives a valid config too.
-	un := strings.NewReplacer("# [[watch]]", "[[watch]]", "# subnet", "subnet", "# textfile", "textfile").Replace(string(b))
+	un := strings.NewReplacer("# [[watch]]", "[[watch]]", "# subnet", "subnet", "# textfile", "textfile",
+		"# [boot]", "[boot]", "# nvmet_config", "nvmet_config", "# target_config", "target_config", "# window", "window").Replace(string(b))
 	got, err = config.Parse(path, []byte(un))
 	if err != nil {
 		t.Fatal(err)
@@ -39,6 +40,10 @@ func TestReferenceConfigParses(t *testing.T) {
 	// shipped unit's ReadWritePaths= allows.
 	if want := "/var/lib/prometheus/node-exporter/nvmet-rebind.prom"; got.MetricsTextfile != want {
 		t.Errorf("metrics.textfile = %q, want %q", got.MetricsTextfile, want)
+	}
+	// The [boot] example names nvmetcli's and Debian's targetcli's files.
+	if got.NvmetConfig != "/etc/nvmet/config.json" || got.TargetConfig != "/etc/rtslib-fb-target/saveconfig.json" || got.BootWindow != 10*time.Minute {
+		t.Errorf("[boot]: nvmet_config %q, target_config %q, window %v", got.NvmetConfig, got.TargetConfig, got.BootWindow)
 	}
 }
 
