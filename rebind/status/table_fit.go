@@ -28,13 +28,14 @@ const fitID = 1 // the index of ID in fitColumns
 const minColumns = 4
 
 // WriteFitted prints the report as `nvmet-rebind status` shows it, in
-// width columns: what every row says (the same reason, or the cm_id
-// table's error) is said once above the table and left out of the rows;
-// a reason too long for its row wraps under it, indented; an id too long
-// for its column is alone on its row's first line, as df(1) does with a
-// long file system name. Only a single name wider than the whole line
-// (an id of width characters) overflows it. Names and texts are rendered
-// safely, as WriteTable renders them.
+// width columns (Width). What every row says (the same reason, or the
+// cm_id table's error) is said once above the table and left out of the
+// rows. A reason too long for the REASON column wraps under itself in
+// that column; when the row leaves that column too narrow, each reason
+// goes on indented lines under its row. An id too long for its column is
+// alone on its row's first line, as df(1) does with a long file system
+// name; only an id longer than the whole line passes the width, never
+// cut. Names and texts are rendered safely, as WriteTable renders them.
 func WriteFitted(out io.Writer, r StatusReport, width int) error {
 	var b strings.Builder
 	above, texts := sharedConditions(r)
@@ -90,18 +91,21 @@ func writeFittedRows(b *strings.Builder, rows [][]string, texts []string, width 
 	}
 	textAt := other + w[fitID] + 2 // where the REASON column starts
 	beside := width-textAt >= minText
+	texts = slices.Clone(texts)
+	for i, row := range rows {
+		for c := cols; c < len(fitColumns); c++ {
+			if row[c] != "-" {
+				texts[i] = strings.TrimPrefix(texts[i]+"; "+strings.ToLower(fitColumns[c])+": "+row[c], "; ")
+			}
+		}
+	}
 	header := slices.Clone(fitColumns[:cols])
-	if beside {
-		header = append(header, "REASON")
+	if beside && slices.ContainsFunc(texts, func(t string) bool { return t != "" }) {
+		header = append(header, "REASON") // not over a column every row left empty
 	}
 	writeCells(b, header, w)
 	for i, row := range rows {
 		text := texts[i]
-		for c := cols; c < len(fitColumns); c++ {
-			if row[c] != "-" {
-				text = strings.TrimPrefix(text+"; "+strings.ToLower(fitColumns[c])+": "+row[c], "; ")
-			}
-		}
 		row = slices.Clone(row[:cols])
 		if utf8.RuneCountInString(row[fitID]) > w[fitID] {
 			writeCells(b, row[:fitID+1], nil) // the long id alone
