@@ -198,7 +198,7 @@ func (d *daemon) tasks(o RunOptions, srv *control.Server, hup <-chan os.Signal) 
 		&watcher{name: "rdma-monitor", watch: udev.WatchRDMAMonitor, hint: d.hint, stats: events, log: d.log},
 		newReconciler(d.env.Engine, d.notify, rounds, trims, sights, lines),
 		&sightLogger{eng: d.env.Engine, log: d.log, rounds: sights},
-		&statusLine{eng: d.env.Engine, notify: d.notify, rounds: lines, refused: &d.refused},
+		&statusLine{eng: d.env.Engine, notify: d.notify, rounds: lines, config: d.configStatus},
 	}
 	if os.Getenv("GOGC") == "" && os.Getenv("GOMEMLIMIT") == "" {
 		tasks = append(tasks, &trimmer{rounds: trims})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
@@ -18,16 +17,19 @@ import (
 // round, and rebuilt only when the round published other items or another
 // sight: an idle resync keeps the last round's items and costs nothing.
 type statusLine struct {
-	eng     *rebind.Engine
-	notify  func(string)
-	rounds  <-chan struct{}
-	refused *atomic.Pointer[string] // the last refused reload's error, until a reload succeeds
+	eng    *rebind.Engine
+	notify func(string)
+	rounds <-chan struct{}
+	// config is the daemon's trouble with its config (daemon.configStatus:
+	// a refused reload, saved configs unreadable at the start), until a
+	// reload succeeds; check judges it with the round's items.
+	config func() *status.ConfigStatus
 
 	sent  string
 	items *rebind.Item // the items last judged (their backing array) …
 	n     int          // … and how many
 	sight rebind.Sight
-	reln  string // the refusal last judged
+	conf  status.ConfigStatus // the config trouble last judged
 }
 
 func (w *statusLine) String() string { return "status line" }
@@ -46,19 +48,23 @@ func (w *statusLine) Run(ctx context.Context) error {
 // update sends the status of the last published round if it changed.
 func (w *statusLine) update() {
 	snap := w.eng.Snapshot()
-	refused := ""
-	if p := w.refused.Load(); p != nil {
-		refused = *p
+	var conf status.ConfigStatus
+	if c := w.config(); c != nil {
+		conf = *c
 	}
 	if snap.Stats.Reconciles == 0 {
 		return
 	}
 	items := unsafe.SliceData(snap.Items)
-	if w.sent != "" && items == w.items && len(snap.Items) == w.n && sameSight(snap.Sight, w.sight) && refused == w.reln {
+	if w.sent != "" && items == w.items && len(snap.Items) == w.n && sameSight(snap.Sight, w.sight) && conf == w.conf {
 		return
 	}
-	w.items, w.n, w.sight, w.reln = items, len(snap.Items), snap.Sight, refused
-	line := statusText(status.Check(status.Report(snap, "daemon")), refused)
+	w.items, w.n, w.sight, w.conf = items, len(snap.Items), snap.Sight, conf
+	r := status.Report(snap, "daemon")
+	if conf != (status.ConfigStatus{}) {
+		r.Config = &conf
+	}
+	line := statusText(status.Check(r), conf.ReloadRefused)
 	if line != w.sent {
 		w.sent = line
 		w.notify("STATUS=" + line)
@@ -66,13 +72,14 @@ func (w *statusLine) update() {
 }
 
 // statusText is the STATUS= line of a verdict: its health and summary,
-// and a refused reload (the config on disk is not the one in use).
+// and a refused reload (the config on disk is not the one in use) when
+// the summary does not say it (a worse problem outranks it there).
 func statusText(v status.Verdict, refused string) string {
 	s := v.Health.String() + ": " + v.Summary
 	if v.SavedComplete {
 		s += "; completed the saved config"
 	}
-	if refused != "" {
+	if refused != "" && !strings.Contains(v.Summary, "reload refused") {
 		s += "; reload refused, the old config kept: " + refused
 	}
 	return strings.ReplaceAll(s, "\n", " ")

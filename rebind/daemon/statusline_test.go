@@ -4,12 +4,12 @@ import (
 	"context"
 	"net/netip"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma/rdmatest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/status"
 )
 
 // The status line is check's verdict of the last round, sent when it
@@ -24,8 +24,8 @@ func TestStatusLine(t *testing.T) {
 	cfg := rebind.DefaultConfig()
 	eng := rebind.New(rebind.Options{Tree: k.FS(), Kernel: k, Store: st, Config: cfg})
 	var sent []string
-	var refused atomic.Pointer[string]
-	w := &statusLine{eng: eng, notify: func(s string) { sent = append(sent, s) }, refused: &refused}
+	var conf *status.ConfigStatus
+	w := &statusLine{eng: eng, notify: func(s string) { sent = append(sent, s) }, config: func() *status.ConfigStatus { return conf }}
 	round := func() {
 		t.Helper()
 		if _, err := eng.Reconcile(context.Background()); err != nil {
@@ -49,17 +49,28 @@ func TestStatusLine(t *testing.T) {
 	round()
 	want(1, "OK") // idle rounds: nothing sent
 	msg := "config /etc/x.toml: line 2: unknown key"
-	refused.Store(&msg)
+	conf = &status.ConfigStatus{ReloadRefused: msg}
 	w.update()
-	want(2, "; reload refused, the old config kept: "+msg)
-	refused.Store(nil)
+	want(2, "STATUS=WARNING: reload refused, the daemon runs on its previous config: "+msg)
+	conf = nil
 	w.update()
 	want(3, "STATUS=OK: 2 of 2 listeners alive")
+	conf = &status.ConfigStatus{SavedUnreadable: "nvmetcli config /etc/nvmet/config.json: file does not exist"}
+	w.update()
+	want(4, "STATUS=WARNING: saved config unreadable, not completed: nvmetcli config /etc/nvmet/config.json: file does not exist")
+	conf = &status.ConfigStatus{ReloadRefused: msg}
+	w.update()
+	want(5, "STATUS=WARNING: reload refused")
 	// The device goes and does not come back: both listeners dead.
 	k.RemoveDevice("rxe0")
 	round()
 	if last := sent[len(sent)-1]; !strings.HasPrefix(last, "STATUS=CRITICAL: ") && !strings.HasPrefix(last, "STATUS=WARNING: ") || !strings.Contains(last, "dead") {
 		t.Fatalf("after the device went: %q", sent)
+	}
+	// A worse verdict outranks the refusal in check's summary: the line
+	// still says it.
+	if last := sent[len(sent)-1]; !strings.Contains(last, "reload refused") || !strings.Contains(last, msg) {
+		t.Fatalf("the refusal is gone from the line: %q", last)
 	}
 }
 
@@ -78,7 +89,7 @@ func TestStatusLineSavedComplete(t *testing.T) {
 	eng := rebind.New(rebind.Options{Tree: k.FS(), Kernel: k, Store: st, Config: cfg,
 		Declared: func(rebind.Config) ([]rebind.Declared, error) { return declared, nil }})
 	var sent []string
-	w := &statusLine{eng: eng, notify: func(s string) { sent = append(sent, s) }, refused: &atomic.Pointer[string]{}}
+	w := &statusLine{eng: eng, notify: func(s string) { sent = append(sent, s) }, config: func() *status.ConfigStatus { return nil }}
 	if _, err := eng.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}
