@@ -31,12 +31,13 @@ var version = "dev"
 // instead of restarting it every RestartSec= until the admin fixes it.
 const exitConfig = 78
 
-// exit returns err with an exit code (cli.Exit); a nil err is a bare code.
+// exit returns err with an exit code (cli.Exit, which keeps err's chain
+// for errors.Is); a nil err is a bare code.
 func exit(code int, err error) cli.ExitCoder {
 	if err == nil {
 		return cli.Exit("", code)
 	}
-	return cli.Exit(err.Error(), code)
+	return cli.Exit(err, code)
 }
 
 // needsRoot is the one message of every command run without the rights
@@ -63,7 +64,7 @@ func main() {
 			code = ec.ExitCode()
 		}
 		if err.Error() != "" {
-			fmt.Fprintln(os.Stderr, "nvmet-rebind:", err)
+			fmt.Fprintln(os.Stderr, "nvmet-rebind:", rights(err))
 		}
 		os.Exit(code)
 	}

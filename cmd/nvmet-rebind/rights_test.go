@@ -62,7 +62,7 @@ func TestRefusedNotRoot(t *testing.T) {
 		}
 		return string(out), 0
 	}
-	want := map[string]int{"status": 2, "plan": 2, "check": 3, "rebind": 2, "reload": 2}
+	want := map[string]int{"status": 2, "plan": 2, "check": 3, "rebind": 2, "reload": 2, "trigger": 1}
 	try := func(when string, refused bool) {
 		for cmd, code := range want {
 			args := []string{cmd}

@@ -78,7 +78,8 @@ func TestRelativeRoots(t *testing.T) {
 }
 
 // A root its user cannot read (mode 000), for a non-root user allowed the
-// rest: not seen, exit 2, the permission named.
+// rest: exit 2, the rights (every refusal's one message), then not seen
+// and the permission named.
 func TestUnreadableConfigfsRoot(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to run a child as another uid")
@@ -104,7 +105,7 @@ func TestUnreadableConfigfsRoot(t *testing.T) {
 		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 		out, err := c.CombinedOutput()
 		ee, _ := err.(*exec.ExitError)
-		if ee == nil || ee.ExitCode() != 2 || !strings.HasPrefix(string(out), "nvmet-rebind: not seen: configfs: configfs root unreadable") || !strings.Contains(string(out), "permission denied") {
+		if ee == nil || ee.ExitCode() != 2 || !strings.HasPrefix(string(out), "nvmet-rebind: "+needsRoot+": not seen: configfs: configfs root unreadable") || !strings.Contains(string(out), "permission denied") {
 			t.Errorf("%s as uid 65534 over a root of mode 000: %v:\n%s", cmd, err, out)
 		}
 	}
