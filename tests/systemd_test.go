@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/config"
 	"github.com/nvmet-rebind/nvmet-rebind/tests/vm"
 )
 
@@ -210,6 +212,14 @@ func runSystemd(t *testing.T, rel vm.DebianRelease, series, rootTar string, debs
 		"/etc/hostname": {Data: []byte("e2e-systemd\n")},
 		"/etc/fstab":    {Data: []byte("/dev/vda / ext4 rw,errors=remount-ro 0 1\n")},
 	}
+	// The README's quick-start config and the man page's sudoers line,
+	// for check_admin: the admin path as the docs give it.
+	quick, sudoers, err := adminDocs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files["/root/quickstart.toml"] = vm.DiskFile{Data: quick}
+	files["/root/sudoers-check"] = vm.DiskFile{Data: sudoers}
 	// nvmet.service restores /etc/nvmet/config.json: upstream's unit
 	// running Debian's nvmetcli (its package ships no unit), on every
 	// image.
@@ -230,7 +240,7 @@ func runSystemd(t *testing.T, rel vm.DebianRelease, series, rootTar string, debs
 		append []string
 		checks []string
 	}{
-		{"boot1", []string{"e2e.phase=1"}, []string{"install", "ready", "restored", "reset", "reload", "udev", "watchdog", "kill9", "security"}},
+		{"boot1", []string{"e2e.phase=1"}, []string{"install", "ready", "restored", "reset", "reload", "udev", "watchdog", "kill9", "security", "admin"}},
 		{"boot2", boot2, []string{"restore-refused", "boot", "boot-disk", "boot-tcp", "udev-tcp", "upgrade", "remove"}},
 	} {
 		// The second boot runs whatever the first said: its checks do
@@ -343,5 +353,59 @@ func TestSystemdPlan(t *testing.T) {
 	t.Setenv(envDistros, "debian-testing")
 	if p, _ := systemdPlan(); len(p) != 1 || !slices.Equal(p[0].kernels, append(slices.Clone(defaultKernels), vm.TestingSeries)) {
 		t.Errorf("ALL=1: the testing image on %v, want every default kernel and its own", names(p))
+	}
+}
+
+// quickstartMarker precedes, in README.md, the fenced config block of the
+// admin's quick start that TestSystemd installs.
+const quickstartMarker = "<!-- quickstart-config: TestSystemd's admin check installs the next block -->"
+
+// adminDocs reads the admin path's two texts from the docs themselves: the
+// README's quick-start config (the ```toml block after quickstartMarker)
+// and the man page's sudoers line for a monitoring user's check (the line
+// with NOPASSWD, roff escapes undone).
+func adminDocs() (quick, sudoers []byte, err error) {
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		return nil, nil, err
+	}
+	_, after, ok := strings.Cut(string(readme), quickstartMarker)
+	if !ok {
+		return nil, nil, fmt.Errorf("README.md: no %q before the quick-start config", quickstartMarker)
+	}
+	_, block, ok := strings.Cut(after, "```toml\n")
+	if !ok {
+		return nil, nil, errors.New("README.md: no ```toml block after the quick-start marker")
+	}
+	block, _, ok = strings.Cut(block, "```")
+	if !ok {
+		return nil, nil, errors.New("README.md: the quick-start config block is not closed")
+	}
+	man, err := os.ReadFile(filepath.Join("..", "etc", "man", "nvmet-rebind.8"))
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, l := range strings.Split(string(man), "\n") {
+		if strings.Contains(l, "NOPASSWD") && !strings.HasPrefix(l, ".\\\"") {
+			l = strings.NewReplacer(`\-`, "-", `\(em`, "-", `\e`, `\`, `\&`, "").Replace(l)
+			return []byte(block), []byte(strings.TrimSpace(l) + "\n"), nil
+		}
+	}
+	return nil, nil, errors.New("etc/man/nvmet-rebind.8: no sudoers line (NOPASSWD) for a monitoring user's check")
+}
+
+// TestAdminDocs: the README's quick-start config and the man page's
+// sudoers line, which TestSystemd's admin check installs, are found, and
+// the config is one config check would take.
+func TestAdminDocs(t *testing.T) {
+	quick, sudoers, err := adminDocs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := config.Parse("README.md quick start", quick); err != nil {
+		t.Errorf("the README's quick-start config: %v\n%s", err, quick)
+	}
+	if !strings.Contains(string(sudoers), "NOPASSWD: /usr/sbin/nvmet-rebind check") {
+		t.Errorf("the man page's sudoers line does not allow exactly `nvmet-rebind check`: %s", sudoers)
 	}
 }

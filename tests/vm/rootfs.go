@@ -21,6 +21,8 @@ var SystemdPackages = []string{
 	"systemd", "systemd-sysv", "udev", "dbus", "kmod", "procps",
 	"iproute2", "rdma-core", "ibverbs-providers", "nvme-cli",
 	"targetcli-fb", "python3-rtslib-fb",
+	// The admin check: a monitoring user runs `check` through sudo.
+	"sudo",
 }
 
 // testingCodename is Debian testing's: where FromTesting packages come from.
