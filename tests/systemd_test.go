@@ -210,7 +210,9 @@ func runSystemd(t *testing.T, rel vm.DebianRelease, series, rootTar string, debs
 		"/etc/systemd/system/nvmf-autoconnect.service":        {Link: "/dev/null"},
 		"/etc/systemd/system/nvmefc-boot-connections.service": {Link: "/dev/null"},
 		"/etc/hostname": {Data: []byte("e2e-systemd\n")},
-		"/etc/fstab":    {Data: []byte("/dev/vda / ext4 rw,errors=remount-ro 0 1\n")},
+		// As Debian's installer writes it: sudo resolves the host's name.
+		"/etc/hosts": {Data: []byte("127.0.0.1 localhost\n127.0.1.1 e2e-systemd\n::1 localhost ip6-localhost ip6-loopback\n")},
+		"/etc/fstab": {Data: []byte("/dev/vda / ext4 rw,errors=remount-ro 0 1\n")},
 	}
 	// The README's quick-start config and the man page's sudoers line,
 	// for check_admin: the admin path as the docs give it.
