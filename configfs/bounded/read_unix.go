@@ -19,18 +19,7 @@ import (
 // os.ReadFile's is; anything but a regular file, or a file of more than
 // limit bytes, is an *Error naming path, what is wrong and what to do.
 func ReadFile(path string, limit int64, followSymlinks bool) ([]byte, error) {
-	flags := unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NONBLOCK
-	if !followSymlinks {
-		flags |= unix.O_NOFOLLOW
-	}
-	var fd int
-	var err error
-	for {
-		fd, err = unix.Open(path, flags, 0)
-		if err != unix.EINTR {
-			break
-		}
-	}
+	fd, err := open(path, unix.O_RDONLY|unix.O_NONBLOCK, followSymlinks)
 	if err != nil {
 		return nil, openError(path, err, followSymlinks)
 	}
@@ -162,18 +151,7 @@ var direntBufs = sync.Pool{New: func() any { b := make([]byte, 8192); return &b 
 // at 4,096 ports and portals reads about 20,000). Errors are *fs.PathError,
 // as os's are.
 func ReadDirNames(path string, followSymlinks bool) ([]string, error) {
-	flags := unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC
-	if !followSymlinks {
-		flags |= unix.O_NOFOLLOW
-	}
-	var fd int
-	var err error
-	for {
-		fd, err = unix.Open(path, flags, 0)
-		if err != unix.EINTR {
-			break
-		}
-	}
+	fd, err := open(path, unix.O_RDONLY|unix.O_DIRECTORY, followSymlinks)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
@@ -193,5 +171,20 @@ func ReadDirNames(path string, followSymlinks bool) ([]string, error) {
 			return names, nil
 		}
 		_, _, names = unix.ParseDirent((*bp)[:n], -1, names)
+	}
+}
+
+// open is open(2) of path with flags, O_CLOEXEC, and O_NOFOLLOW unless
+// followSymlinks, tried again on EINTR.
+func open(path string, flags int, followSymlinks bool) (int, error) {
+	flags |= unix.O_CLOEXEC
+	if !followSymlinks {
+		flags |= unix.O_NOFOLLOW
+	}
+	for {
+		fd, err := unix.Open(path, flags, 0)
+		if err != unix.EINTR {
+			return fd, err
+		}
 	}
 }
