@@ -43,13 +43,8 @@ func probed(root string, err error) error {
 // the table's trailer calls "not seen". An empty table or plan is then no
 // sign of a healthy target.
 func notSeen(c *status.ConfigfsStatus) error {
-	switch {
-	case c == nil:
-		return nil
-	case c.Error != "":
-		return exit(2, fmt.Errorf("not seen: configfs: %s", c.Error))
-	case !c.Nvmet && !c.LIO:
-		return exit(2, fmt.Errorf("not seen: neither nvmet nor LIO iSCSI is loaded (no %s/nvmet, no %s/target/iscsi)", c.Root, c.Root))
+	if what := c.NotSeen(); what != "" {
+		return exit(2, errors.New("not seen: "+what))
 	}
 	return nil
 }

@@ -144,11 +144,10 @@ func Check(r StatusReport) Verdict {
 
 	// What could not be seen.
 	if c := r.Configfs; c != nil {
-		switch {
+		switch what := c.NotSeen(); {
 		case c.Error != "":
-			add(Unknown, "configfs not visible: "+oneLine(c.Error), "UNKNOWN: configfs: "+oneLine(c.Error))
-		case !c.Nvmet && !c.LIO:
-			what := fmt.Sprintf("neither nvmet nor LIO iSCSI is loaded (no %s/nvmet, no %s/target/iscsi)", c.Root, c.Root)
+			add(Unknown, "configfs not visible: "+oneLine(c.Error), "UNKNOWN: "+oneLine(what))
+		case what != "":
 			add(Unknown, oneLine(what), "UNKNOWN: "+oneLine(what))
 		default:
 			for _, t := range []struct {

@@ -134,6 +134,21 @@ type ConfigfsStatus struct {
 	LIOWanted   bool `json:"lio_wanted,omitempty"`
 }
 
+// NotSeen says why nothing under the root can be seen ("" when something
+// can): the root itself (Error), or neither tree loaded. check judges it
+// UNKNOWN; status and plan exit 2 on it.
+func (c *ConfigfsStatus) NotSeen() string {
+	switch {
+	case c == nil:
+		return ""
+	case c.Error != "":
+		return "configfs: " + c.Error
+	case !c.Nvmet && !c.LIO:
+		return fmt.Sprintf("neither nvmet nor LIO iSCSI is loaded (no %s/nvmet, no %s/target/iscsi)", c.Root, c.Root)
+	}
+	return ""
+}
+
 // StatusReport is the whole of `status --json`.
 type StatusReport struct {
 	SchemaVersion int              `json:"schema_version"`
