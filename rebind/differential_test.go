@@ -433,11 +433,14 @@ func diffTwins(a, b *twin) string {
 	return strings.Join(out, "\n")
 }
 
-// results renders a snapshot's outcomes without their wall-clock latency.
+// results renders a snapshot's outcomes (each object's history) without
+// their wall-clock latency.
 func results(s rebind.Snapshot) string {
 	var out []string
-	for k, o := range s.Results {
-		out = append(out, fmt.Sprintf("%s: %s %s %v", k, o.Action, o.Result, o.Err))
+	for k, h := range s.History {
+		for i, o := range h {
+			out = append(out, fmt.Sprintf("%s #%d: %s %s %v", k, i, o.Action, o.Result, o.Err))
+		}
 	}
 	slices.Sort(out)
 	return strings.Join(out, "; ")

@@ -74,7 +74,6 @@ type Engine struct {
 	// the rounds: a round replaces those it selects (decide).
 	decided map[epKey]*decision
 	wake    *wakeups // when endpoints are decided again by the clock
-	results map[Key]Outcome
 	stats   Stats
 	// completion is the last round's boot completion of objects;
 	// waitsDevice whether it waits for a device path (WaitsForDevice).
@@ -110,7 +109,7 @@ func New(opt Options) *Engine {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
 	e := &Engine{opt: opt, log: opt.Logger, trigger: make(chan struct{}, 1), requests: make(chan request),
-		mem: NewMemory(), results: map[Key]Outcome{}, cfg: opt.Config, wake: newWakeups()}
+		mem: NewMemory(), cfg: opt.Config, wake: newWakeups()}
 	cfg := opt.Config
 	e.wantCfg.Store(&cfg)
 	e.cfgIn = &cfg
@@ -131,7 +130,7 @@ func New(opt Options) *Engine {
 			e.mem.Settled = settled
 		}
 	}
-	e.snap.Store(&Snapshot{Results: map[Key]Outcome{}, Config: cfg, Memory: e.mem, JournalErrs: opt.Quarantined})
+	e.snap.Store(&Snapshot{Config: cfg, Memory: e.mem, JournalErrs: opt.Quarantined})
 	return e
 }
 

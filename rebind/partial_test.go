@@ -40,7 +40,7 @@ func TestOneRelinkFailingLeavesTheOthers(t *testing.T) {
 	if !strings.Contains(it.Reason, "1 subsystem link(s) to restore from the journal") || it.RetryAt.IsZero() {
 		t.Errorf("status %q (retry %v): want the one link to restore and a retry", it.Reason, it.RetryAt)
 	}
-	if r := e.Snapshot().Results[rebind.Key{Kind: rebind.KindNvmet, ID: "1"}]; r.Result != rebind.ResultError || r.Err == nil {
+	if r, _ := e.Snapshot().Last(rebind.Key{Kind: rebind.KindNvmet, ID: "1"}); r.Result != rebind.ResultError || r.Err == nil {
 		t.Errorf("last result %v (%v), want an error", r.Result, r.Err)
 	}
 	// The retry makes only the missing link: nothing is unlinked again.

@@ -30,7 +30,6 @@ type Stats struct {
 // metrics and the control socket. It is never changed once published.
 type Snapshot struct {
 	Items        []Item
-	Results      map[Key]Outcome // the last outcome of each object healed
 	At           time.Time
 	Stats        Stats
 	ListenersErr error
@@ -49,9 +48,18 @@ type Snapshot struct {
 	Config Config
 	Memory Memory
 	// History is each object's last HistoryLen outcomes, oldest first
-	// (`status <id>`). Kept in memory only: it starts empty with the
-	// daemon, and a one-shot command has none.
+	// (`status <id>`; Last is the newest). Kept in memory only: it starts
+	// empty with the daemon, and a one-shot command has its own round's.
 	History map[Key][]Outcome
+}
+
+// Last is the last outcome of object k's heals, if it had one.
+func (s Snapshot) Last(k Key) (Outcome, bool) {
+	h := s.History[k]
+	if len(h) == 0 {
+		return Outcome{}, false
+	}
+	return h[len(h)-1], true
 }
 
 // HistoryLen bounds Snapshot.History: the outcomes kept per object.
@@ -59,24 +67,19 @@ const HistoryLen = 8
 
 // publish ends a round: the snapshot observers read until the next one.
 func (e *Engine) publish(obs *Observed, pl *Planned, outcomes []Outcome, next time.Time) {
-	prev := e.snap.Load()
-	results, history := prev.Results, prev.History
+	history := e.snap.Load().History
 	if len(outcomes) > 0 {
 		history = withHistory(history, outcomes)
 		for _, o := range outcomes {
-			for _, k := range o.Keys {
-				e.results[k] = o
-			}
 			e.stats.Rebinds[o.Result]++
 			if o.Result == ResultOK {
 				e.stats.LastLatency = o.Latency
 			}
 		}
-		results = maps.Clone(e.results)
 	}
 	e.stats.PendingRetries = len(e.mem.NextTry)
 	e.stats.Reconciles++
-	e.snap.Store(&Snapshot{Items: pl.Items, Results: results, History: history, At: e.opt.Now(), Stats: e.stats,
+	e.snap.Store(&Snapshot{Items: pl.Items, History: history, At: e.opt.Now(), Stats: e.stats,
 		ListenersErr: obs.ListenersErr, JournalErrs: obs.JournalErrs, Sight: obs.sight(e.cfg), Next: next, Config: e.cfg, Memory: e.mem, Completion: e.completion})
 }
 

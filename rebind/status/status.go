@@ -263,7 +263,7 @@ func Report(s rebind.Snapshot, source string) StatusReport {
 		if !it.RetryAt.IsZero() {
 			ls.RetryAt = ptr(it.RetryAt)
 		}
-		if res, ok := s.Results[it.Key]; ok {
+		if res, ok := s.Last(it.Key); ok {
 			ls.LastAction = res.Action.String()
 			ls.LastAt = ptr(res.At)
 			if res.Err != nil {
