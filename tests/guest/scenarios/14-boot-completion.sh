@@ -34,7 +34,8 @@ printf '\n[boot]\nnvmet_config = "%s"\ntarget_config = "%s"\nwindow = "5m"\n' "$
 daemon_start || fail "daemon did not start"
 sleep 1
 nvmet_linked 1 $NQN && fail "linked before the device exists"
-rb status | grep -q "declared in $W/nvmet.json" || fail "status does not say the link is declared: $(rb status)"
+# -o wide: each reason whole on its row (the default wraps a long path).
+rb status -o wide | grep -q "declared in $W/nvmet.json" || fail "status does not say the link is declared: $(rb status -o wide)"
 t0=$(now)
 must rxe_add rxe0 veth0
 ms=$(wait_listen nvmet_rdma $A 4420 20 "$t0") || fail "port 1 not completed 20 s after rdma link add"
