@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 	"sync"
@@ -53,6 +54,9 @@ func runKernel(t *testing.T, series string, scenarios []string) {
 	ev := res.Events
 	t.Logf("%s: wall time %v (done=%v rc=%d timed out=%v)", img.kernel.Release, res.Elapsed.Round(time.Second), ev.Done, ev.RC, res.TimedOut)
 	retryKernelHangs(t, img, ev)
+	if !ev.Done && !res.TimedOut && bytes.Contains(res.Console, []byte("Kernel panic")) {
+		ev = rerunAfterPanic(t, img, ev, scenarios, res.Console)
+	}
 	why := "the VM ended before the scenario reported"
 	if res.TimedOut {
 		why = fmt.Sprintf("the VM was killed after the %v timeout", timeout)
@@ -145,6 +149,45 @@ func retryKernelHangs(t *testing.T, img *vmImage, ev vm.Events) {
 		ev.Metrics[name] = res.Events.Metrics[name]
 		ev.Warns[name] = append(ev.Warns[name], "first attempt failed during a kernel fault: "+fault)
 	}
+}
+
+// rerunAfterPanic runs, once, in a fresh VM, the scenarios a boot left
+// without a result because its kernel panicked (an oops is a panic:
+// oops=panic): the one running at the panic and those after it. The panic
+// stays as a warning of the one it interrupted; the fresh VM's verdicts
+// stand, and what it leaves unreported is reported as missing.
+func rerunAfterPanic(t *testing.T, img *vmImage, ev vm.Events, scenarios []string, console []byte) vm.Events {
+	var rest []string
+	for _, name := range scenarios {
+		if _, ok := ev.Results[name]; !ok {
+			rest = append(rest, name)
+		}
+	}
+	if len(rest) == 0 {
+		return ev
+	}
+	panicLine := ""
+	for _, l := range strings.Split(string(console), "\n") {
+		if strings.Contains(l, "Kernel panic") {
+			panicLine = strings.TrimSpace(l)
+			break
+		}
+	}
+	p := saveConsole(t, img.kernel.Series+"-panicked.log", console)
+	t.Logf("WARNING: the kernel panicked during %s (%s; console: %s): the %d scenarios left run in a fresh VM", rest[0], panicLine, p, len(rest))
+	res := bootSuite(t, img, rest, bootTimeout(t, rest))
+	first := rest[0]
+	ev.Warns[first] = append(ev.Warns[first], "the kernel panicked during the first attempt: "+panicLine)
+	for _, name := range rest {
+		if r, ok := res.Events.Results[name]; ok {
+			ev.Results[name] = r
+		}
+		ev.Logs[name] = append(ev.Logs[name], res.Events.Logs[name]...)
+		ev.Metrics[name] = append(ev.Metrics[name], res.Events.Metrics[name]...)
+		ev.Warns[name] = append(ev.Warns[name], res.Events.Warns[name]...)
+	}
+	ev.Done, ev.RC = res.Events.Done, res.Events.RC
+	return ev
 }
 
 // reportResults makes a subtest of each named scenario (or check) with its
