@@ -343,21 +343,6 @@ func TestObserversLeaveStateDirUntouched(t *testing.T) {
 // 78, an invalid configuration).
 func TestMetricsTextfileFlagAndConfig(t *testing.T) {
 	d := newDaemonEnv(t)
-	waitFile := func(path, want string) {
-		t.Helper()
-		re := regexp.MustCompile(want)
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			b, _ := os.ReadFile(path)
-			if re.Match(b) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s never held %q: %q", path, want, b)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
 	stopDaemon := func(c *exec.Cmd) {
 		t.Helper()
 		c.Process.Signal(syscall.SIGTERM)
@@ -371,7 +356,7 @@ func TestMetricsTextfileFlagAndConfig(t *testing.T) {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFile(flag, `(?m)^nvmet_rebind_reconciles_total [1-9]`)
+	waitProm(t, flag, `(?m)^nvmet_rebind_reconciles_total [1-9]`)
 	stopDaemon(c)
 
 	a, b := filepath.Join(d.dir, "a.prom"), filepath.Join(d.dir, "b.prom")
@@ -386,10 +371,10 @@ func TestMetricsTextfileFlagAndConfig(t *testing.T) {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFile(a, `nvmet_rebind_listeners\{`)
+	waitProm(t, a, `nvmet_rebind_listeners\{`)
 	setTextfile(b)
 	c.Process.Signal(syscall.SIGHUP)
-	waitFile(b, `nvmet_rebind_listeners\{`)
+	waitProm(t, b, `nvmet_rebind_listeners\{`)
 	if _, err := os.Stat(a); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the old textfile stayed after the reload moved it: %v", err)
 	}
