@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -229,8 +230,9 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 	var deletes []Key
 	var failed []error // links refused one by one
 	var nUnlink, nLink, nOff, nOn int
+	runEnd := 0 // the steps before it were written by a run of iser writes
 	for i, s := range h.Steps {
-		if skip[s.Key] && s.Op != OpJournalDelete {
+		if i < runEnd || skip[s.Key] && s.Op != OpJournalDelete {
 			continue
 		}
 		switch s.Op {
@@ -302,6 +304,24 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 			}
 			nLink++
 		case OpSetISER:
+			if s.On && nOn > 0 || !s.On && nOff > 0 {
+				// After the first of its value, the rest of a run of
+				// iser writes go side by side.
+				runEnd = i + 1
+				for runEnd < len(h.Steps) && h.Steps[runEnd].Op == OpSetISER && h.Steps[runEnd].On == s.On {
+					runEnd++
+				}
+				n, err := e.writeISERs(h.Steps[i:runEnd], skip, tm)
+				if s.On {
+					nOn += n
+				} else if nOff += n; nOff > 1 && nOff == offs && e.fault("after-all-iser-0") {
+					return nil, ErrCrashed
+				}
+				if err != nil {
+					return nil, err
+				}
+				continue
+			}
 			// The precondition (CheckISER) is read on the file written.
 			t := time.Now()
 			was, err := e.opt.Tree.SwapISER(s.Key.ID, s.On)
@@ -339,6 +359,72 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 		return nil, errors.Join(failed...)
 	}
 	return deletes, nil
+}
+
+// writeISERs writes a run of iser writes of one value, each to its
+// portal, Options.ISERWriters at a time; the skips and counts are those
+// of the writes one at a time (execute), the first error ends the run
+// once the writes under way end. It returns how many it wrote.
+//
+// A run follows the first write of its value: the listener is gone (0) or
+// made (1) by then, and each write only detaches or attaches its TPG (the
+// kernel's np_lock serialises the shared listener's count). Each iser=1
+// waits for the modprobe the kernel spawns (DefaultISERWriters).
+func (e *Engine) writeISERs(run []Step, skip map[Key]bool, tm *healTimes) (int, error) {
+	n := e.opt.ISERWriters
+	if n <= 0 {
+		n = DefaultISERWriters
+	}
+	var (
+		mu    sync.Mutex
+		wrote int
+		first error
+		wg    sync.WaitGroup
+	)
+	slots := make(chan struct{}, n)
+	for _, s := range run {
+		mu.Lock()
+		stop, skipped := first != nil, skip[s.Key]
+		mu.Unlock()
+		if stop {
+			break
+		}
+		if skipped {
+			continue
+		}
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			t := time.Now()
+			was, err := e.opt.Tree.SwapISER(s.Key.ID, s.On)
+			took := time.Since(t)
+			mu.Lock()
+			defer mu.Unlock()
+			e.stats.WriteTime += took
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				skip[s.Key] = true // the portal is gone
+				return
+			case err != nil:
+				e.stats.Writes++
+				if first == nil {
+					first = err
+				}
+				return
+			case was == s.On && !s.On:
+				skip[s.Key] = true // the admin set iser=0 meanwhile
+				return
+			case was == s.On:
+				return // iser already reads 1
+			}
+			e.stats.Writes++
+			tm.wrote(s.On, took)
+			wrote++
+		}()
+	}
+	wg.Wait()
+	return wrote, first
 }
 
 // healTimes is when a heal's writes ended (debug): its first write, and

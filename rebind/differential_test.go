@@ -195,8 +195,10 @@ func (w *twin) start() {
 	}
 	w.store.Store = j
 	w.faults, w.healed = 0, 0
+	// ISERWriters 1: a refused "n-th write from now" must be the same
+	// write in both engines (side by side, the order of a run is not).
 	w.e = rebind.New(rebind.Options{Tree: m, Kernel: w.k, Store: w.store, Config: w.cfg, Now: w.clk.now, Declared: saved.Load,
-		Quarantined: moved, Exhaustive: w.exhaustive, Fault: func(string) bool {
+		Quarantined: moved, Exhaustive: w.exhaustive, ISERWriters: 1, Fault: func(string) bool {
 			w.faults++
 			return w.faults == w.faultAt
 		}})

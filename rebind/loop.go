@@ -42,7 +42,16 @@ type Options struct {
 	// decided and a full learn: the reference the differential test holds
 	// the normal rounds to.
 	Exhaustive bool
+	// ISERWriters is how many iser writes of a shared portal's sharers
+	// run side by side after the first of each value (writeISERs); 0:
+	// DefaultISERWriters, 1: one at a time.
+	ISERWriters int
 }
+
+// DefaultISERWriters: every iser=1 makes the kernel spawn modprobe
+// (request_module("ib_isert") in iscsi_target_configfs.c), and a sharer's
+// write waits for it; eight at a time overlap those waits.
+const DefaultISERWriters = 8
 
 // Engine reconciles. Its rounds (Reconcile) run one at a time, and a round
 // is the one writer of the engine's memory; everyone else sends a request

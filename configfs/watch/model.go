@@ -537,10 +537,14 @@ func (m *Model) Relink(portID string, l configfs.Link) error {
 }
 
 // SwapISER is configfs.FS.SwapISER; the model marks the portal changed.
+// The write is made outside the model's lock: the writes of a shared
+// portal's sharers run side by side (each iser=1 waits for the modprobe
+// the kernel spawns), and a reader meanwhile sees the portal as before
+// the write until it is marked.
 func (m *Model) SwapISER(portalID string, on bool) (bool, error) {
+	was, err := m.fs.SwapISER(portalID, on)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	was, err := m.fs.SwapISER(portalID, on)
 	if iqn, tpg, np, perr := configfs.ParsePortalID(portalID); perr == nil {
 		m.touchAttr(filepath.Join(m.root, "target", "iscsi", iqn, tpg, "np", np, "iser"))
 	}
