@@ -242,8 +242,8 @@ func runSystemd(t *testing.T, rel vm.DebianRelease, series, rootTar string, debs
 		append []string
 		checks []string
 	}{
-		{"boot1", []string{"e2e.phase=1"}, []string{"install", "ready", "restored", "reset", "reload", "udev", "watchdog", "kill9", "security", "admin"}},
-		{"boot2", boot2, []string{"restore-refused", "boot", "boot-disk", "boot-tcp", "udev-tcp", "upgrade", "remove"}},
+		{"boot1", []string{"e2e.phase=1"}, []string{"install", "ready", "restored", "reset", "reload", "udev", "watchdog", "kill9", "security", "admin", "lio-save"}},
+		{"boot2", boot2, []string{"restore-refused", "boot", "boot-disk", "boot-lio-disk", "boot-tcp", "udev-tcp", "upgrade", "remove"}},
 	} {
 		// The second boot runs whatever the first said: its checks do
 		// not depend on the first's beyond the installed package.
