@@ -688,3 +688,44 @@ func TestPlanDescribesWhatApplyWrites(t *testing.T) {
 		t.Errorf("writes differ from the plan (-plan +applied):\n%s", diff)
 	}
 }
+
+// An address moved under a listener while the GID cache lags behind it:
+// the round on the address event sees the address on a netdev whose
+// device has no GID entry for it yet, and takes the listener as alive.
+// No event says when the entry comes, so that round asks to look again
+// (the re-checks after an event); the look after the entry came sees the
+// listener stranded and, past the repair grace, it is rebound. Address
+// move on 6.12 (make test): the round ran before the GID moved and the
+// stranding went unseen until the periodic resync.
+func TestStrandedSeenWhenTheGIDComesAfterTheEvent(t *testing.T) {
+	k, _, _ := strandedWorld(t)
+	clk := newClock()
+	e := sharedEngine(t, k, clk, nil, t.TempDir())
+	must(t, func() error { _, err := e.Reconcile(context.Background()); return err }())
+	k.Kernel.HoldAddrGIDs = true
+	k.MoveAddr("veth0", "veth2", "192.0.2.3")
+	e.Poke()
+	items, err := e.Reconcile(context.Background())
+	must(t, err)
+	if it := item(items, "1"); it.State != rebind.StateListening {
+		t.Fatalf("before the GID entry: port 1 is %v (%s), want listening (nothing better to bind)", it.State, it.Reason)
+	}
+	next := e.Snapshot().Next
+	if next.IsZero() || next.After(clk.now().Add(5*time.Second)) {
+		t.Fatalf("after the address event, the next look is %v (now %v): the GID entry that comes later is never looked for (port 1: %v, %q, carrier %q)", next, clk.now(), item(items, "1").State, item(items, "1").Reason, item(items, "1").Carrier)
+	}
+	k.Kernel.FillAddrGIDs("192.0.2.3")
+	for i := 0; i < 20 && k.ListeningOn("nvmet_rdma", "1") != "rxe1"; i++ {
+		next := e.Snapshot().Next
+		if next.IsZero() {
+			t.Fatalf("look %d: no next look, port 1 still on %q: %+v", i, k.ListeningOn("nvmet_rdma", "1"), item(e.Snapshot().Items, "1"))
+		}
+		if next.After(clk.now()) {
+			clk.advance(next.Sub(clk.now()))
+		}
+		must(t, func() error { _, err := e.Reconcile(context.Background()); return err }())
+	}
+	if got := k.ListeningOn("nvmet_rdma", "1"); got != "rxe1" {
+		t.Fatalf("port 1 listens on %q, want rxe1 (where 192.0.2.3 is now)", got)
+	}
+}

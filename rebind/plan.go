@@ -401,6 +401,9 @@ func planEndpoint(d *decision, g *group, obs *Observed, mem Memory, cfg Config) 
 	}
 	d.es, d.wakeAt = es, retryAt
 	d.timed = h.Action != ActNone || !retryAt.IsZero() || es.State.down() && !es.Held
+	if t := settleLook(ep, v, obs); !t.IsZero() && (d.wakeAt.IsZero() || t.Before(d.wakeAt)) {
+		d.timed, d.wakeAt = true, t
+	}
 	for i, hd := range g.holders {
 		it := located(hd.key, ep, v.Carrier)
 		it.Managed = true

@@ -135,6 +135,19 @@ func recheck(eventAt, now time.Time) time.Time {
 	return time.Time{}
 }
 
+// settleLook is when to look again at an RDMA listener taken as alive
+// only because no GID table has an entry for its address on the netdev
+// that holds it (judge): an address moved or added under it. The entry
+// comes a moment after the address event and no event says when; if it
+// comes on another device than the listener's, the listener is stranded.
+// Zero when there is nothing to settle, or the re-checks are over.
+func settleLook(ep Endpoint, v Verdict, obs *Observed) time.Time {
+	if c := v.Carrier; ep.Kind == KindTCP || v.State != StateListening || !c.Held || c.HasDev && c.FromGID {
+		return time.Time{}
+	}
+	return recheck(obs.EventAt, obs.Now)
+}
+
 // nextLook is the one place the next round's time is decided, from the
 // round's last plan: now when a heal is due that the round did not run
 // (its backoff ran out, or its device came back, while the round acted on

@@ -77,6 +77,13 @@ type Kernel struct {
 	// HoldGIDs makes devices added later start with an empty GID table
 	// until FillGIDs, as the kernel fills it a moment after the device.
 	HoldGIDs bool
+	// HoldAddrGIDs keeps addresses added (or moved) later out of every
+	// GID table until FillAddrGIDs: the kernel's GID cache adds an
+	// address's entry a moment after the address event, and no event
+	// says when (an address move under a listener is seen first as an
+	// address on a netdev whose device has no entry for it).
+	HoldAddrGIDs bool
+	lagging      map[netip.Addr]bool
 	// CMIDsErr, when set, is returned by CMIDs (e.g. rdma.ErrUnsupported).
 	CMIDsErr error
 	// TCPErr, when set, is returned by TCPListeners.
@@ -140,7 +147,21 @@ func (k *Kernel) AddAddr(netdev, ip string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.addNetdev(netdev)
-	k.addrs[netdev] = append(k.addrs[netdev], netip.MustParseAddr(ip))
+	a := netip.MustParseAddr(ip)
+	k.addrs[netdev] = append(k.addrs[netdev], a)
+	if k.HoldAddrGIDs {
+		if k.lagging == nil {
+			k.lagging = map[netip.Addr]bool{}
+		}
+		k.lagging[a] = true
+	}
+}
+
+// FillAddrGIDs puts an address held by HoldAddrGIDs in the GID tables.
+func (k *Kernel) FillAddrGIDs(ip string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(k.lagging, netip.MustParseAddr(ip))
 }
 
 // DelAddr removes an IP address; listeners are not touched (KERNEL.md).
@@ -302,7 +323,7 @@ func (k *Kernel) bind(addr netip.AddrPort) (string, error) {
 	if netdev == "" {
 		return "", syscall.EADDRNOTAVAIL
 	}
-	if d := k.carrier(netdev); d != nil {
+	if d := k.carrier(netdev); d != nil && !k.lagging[addr.Addr()] {
 		return d.name, nil
 	}
 	return "", syscall.ENODEV
@@ -375,6 +396,9 @@ func (k *Kernel) gids(d *device) []rdma.GID {
 			continue
 		}
 		for _, a := range k.addrs[n] {
+			if k.lagging[a] {
+				continue
+			}
 			out = append(out, rdma.GID{Index: uint32(len(out)), Raw: a.As16(), Netdev: n, Type: "RoCE v2"})
 		}
 	}
