@@ -88,6 +88,15 @@ dump_state() {
 		D*) sed 's/^/        /' "$_d/stack" 2>/dev/null ;;
 		esac
 	done
+	# Where the daemon's goroutines are (a round stuck in a kernel call or
+	# on a lock shows here): SIGQUIT makes the Go runtime print them and
+	# exit; the scenario has failed already.
+	if daemon_alive; then
+		kill -QUIT "$DAEMON_PID" 2>/dev/null
+		sleep 1
+		echo "  # daemon goroutines (SIGQUIT)"
+		sed -n '/^SIGQUIT/,$p' "$W/daemon.log" | grep -v '^\s*$' | head -n 200 | sed 's/^/    /'
+	fi
 	if dmesg | grep -q 'blocked for more than'; then
 		echo "  # the kernel's hung-task reports"
 		dmesg | grep -A 12 'blocked for more than' | head -n 60 | sed 's/^/    /'
