@@ -325,23 +325,13 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 			// The precondition (CheckISER) is read on the file written.
 			t := time.Now()
 			was, err := e.opt.Tree.SwapISER(s.Key.ID, s.On)
-			took := time.Since(t)
-			e.stats.WriteTime += took
-			switch {
-			case errors.Is(err, fs.ErrNotExist):
-				skip[s.Key] = true // the portal is gone
-				continue
-			case err != nil:
-				e.stats.Writes++
+			wrote, err := e.swapped(s, was, err, time.Since(t), skip, tm)
+			if err != nil {
 				return nil, err
-			case was == s.On && !s.On:
-				skip[s.Key] = true // the admin set iser=0 meanwhile
-				continue
-			case was == s.On:
-				continue // iser already reads 1
 			}
-			e.stats.Writes++
-			tm.wrote(s.On, took)
+			if !wrote {
+				continue
+			}
 			if !s.On {
 				nOff++
 				if nOff == 1 && e.fault("after-iser-0") || nOff > 1 && nOff == offs && e.fault("after-all-iser-0") {
@@ -362,9 +352,9 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 }
 
 // writeISERs writes a run of iser writes of one value, each to its
-// portal, Options.ISERWriters at a time; the skips and counts are those
-// of the writes one at a time (execute), the first error ends the run
-// once the writes under way end. It returns how many it wrote.
+// portal, Options.ISERWriters at a time, each judged as one written alone
+// (swapped); the first error ends the run once the writes under way end.
+// It returns how many it wrote.
 //
 // A run follows the first write of its value: the listener is gone (0) or
 // made (1) by then, and each write only detaches or attaches its TPG (the
@@ -401,30 +391,42 @@ func (e *Engine) writeISERs(run []Step, skip map[Key]bool, tm *healTimes) (int, 
 			took := time.Since(t)
 			mu.Lock()
 			defer mu.Unlock()
-			e.stats.WriteTime += took
-			switch {
-			case errors.Is(err, fs.ErrNotExist):
-				skip[s.Key] = true // the portal is gone
-				return
-			case err != nil:
-				e.stats.Writes++
-				if first == nil {
-					first = err
-				}
-				return
-			case was == s.On && !s.On:
-				skip[s.Key] = true // the admin set iser=0 meanwhile
-				return
-			case was == s.On:
-				return // iser already reads 1
+			ok, err := e.swapped(s, was, err, took, skip, tm)
+			if err != nil && first == nil {
+				first = err
 			}
-			e.stats.Writes++
-			tm.wrote(s.On, took)
-			wrote++
+			if ok {
+				wrote++
+			}
 		}()
 	}
 	wg.Wait()
 	return wrote, first
+}
+
+// swapped judges an iser write (Tree.SwapISER, its precondition read on
+// the file written) and counts it: true when it wrote, the error when it
+// was refused. A portal gone, or set to 0 by the admin meanwhile, is
+// marked in skip (its later steps are not made); one already at 1 is
+// left as it is.
+func (e *Engine) swapped(s Step, was bool, err error, took time.Duration, skip map[Key]bool, tm *healTimes) (bool, error) {
+	e.stats.WriteTime += took
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		skip[s.Key] = true // the portal is gone
+		return false, nil
+	case err != nil:
+		e.stats.Writes++
+		return false, err
+	case was == s.On && !s.On:
+		skip[s.Key] = true // the admin set iser=0 meanwhile
+		return false, nil
+	case was == s.On:
+		return false, nil // iser already reads 1
+	}
+	e.stats.Writes++
+	tm.wrote(s.On, took)
+	return true, nil
 }
 
 // healTimes is when a heal's writes ended (debug): its first write, and
