@@ -304,19 +304,15 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 			}
 			nLink++
 		case OpSetISER:
-			if s.On && nOn > 0 || !s.On && nOff > 0 {
-				// After the first of its value, the rest of a run of
-				// iser writes go side by side.
+			if s.On && nOn > 0 {
+				// After the first iser=1 (the listener is made), the
+				// rest of the run go side by side.
 				runEnd = i + 1
-				for runEnd < len(h.Steps) && h.Steps[runEnd].Op == OpSetISER && h.Steps[runEnd].On == s.On {
+				for runEnd < len(h.Steps) && h.Steps[runEnd].Op == OpSetISER && h.Steps[runEnd].On {
 					runEnd++
 				}
-				n, err := e.writeISERs(h.Steps[i:runEnd], skip, tm)
-				if s.On {
-					nOn += n
-				} else if nOff += n; nOff > 1 && nOff == offs && e.fault("after-all-iser-0") {
-					return nil, ErrCrashed
-				}
+				n, err := e.attachISERs(h.Steps[i:runEnd], skip, tm)
+				nOn += n
 				if err != nil {
 					return nil, err
 				}
@@ -351,16 +347,18 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 	return deletes, nil
 }
 
-// writeISERs writes a run of iser writes of one value, each to its
-// portal, Options.ISERWriters at a time, each judged as one written alone
+// attachISERs writes iser=1 to a run of sharers, each to its portal,
+// Options.ISERWriters at a time, each judged as one written alone
 // (swapped); the first error ends the run once the writes under way end.
 // It returns how many it wrote.
 //
-// A run follows the first write of its value: the listener is gone (0) or
-// made (1) by then, and each write only detaches or attaches its TPG (the
-// kernel's np_lock serialises the shared listener's count). Each iser=1
-// waits for the modprobe the kernel spawns (DefaultISERWriters).
-func (e *Engine) writeISERs(run []Step, skip map[Key]bool, tm *healTimes) (int, error) {
+// The run follows the first iser=1, which made the listener: each write
+// only attaches its TPG to it (the kernel's np_lock guards the shared
+// listener's count), and waits for the modprobe the kernel spawns
+// (DefaultISERWriters). The zeros before stay one at a time: side by side
+// they delayed the first LISTEN of 256 sharers by 1.5–3× on 7.3.4 and
+// 6.1 (BENCHMARKS.md).
+func (e *Engine) attachISERs(run []Step, skip map[Key]bool, tm *healTimes) (int, error) {
 	n := e.opt.ISERWriters
 	if n <= 0 {
 		n = DefaultISERWriters

@@ -46,9 +46,9 @@
 //   - apply (apply.go): the only writer of configfs and the journal, each
 //     step after its precondition (steps.go: Step.Pre, data that apply
 //     checks and `plan` describes). An iser write reads its precondition
-//     on the file it writes (Tree.SwapISER); after the first of each
-//     value, a shared portal's sharers are written side by side
-//     (writeISERs, Options.ISERWriters); a port's unlinks are one call
+//     on the file it writes (Tree.SwapISER); after the first iser=1, a
+//     shared portal's other sharers are written side by side
+//     (attachISERs, Options.ISERWriters); a port's unlinks are one call
 //     (Tree.UnlinkAll), each still counted and checked as it goes.
 //   - verify (verify.go): pure, over the verdicts of an observation made
 //     after the writes, and what the plan of that observation expects

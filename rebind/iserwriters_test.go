@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -40,10 +41,11 @@ func (s *sideBySide) SwapISER(id string, on bool) (bool, error) {
 	return s.Tree.SwapISER(id, on)
 }
 
-// The sharers of a shared portal are written side by side after the first
-// write of each value (Options.ISERWriters at a time; 1: one at a time):
-// the first iser=1, which makes the listener, ends before any other
-// begins; every 0 precedes every 1; every sharer ends at 1, listening.
+// The sharers of a shared portal are written 1 side by side after the
+// first iser=1 (Options.ISERWriters at a time; 1: one at a time): the
+// first, which makes the listener, ends before any other begins; the 0s
+// are written one at a time, in configfs order, all before any 1; every
+// sharer ends at 1, listening.
 func TestSharedPortalWritersSideBySide(t *testing.T) {
 	for _, c := range []struct{ writers, most int32 }{{0, rebind.DefaultISERWriters}, {3, 3}, {1, 1}} {
 		t.Run(fmt.Sprint(c.writers), func(t *testing.T) {
@@ -71,12 +73,17 @@ func TestSharedPortalWritersSideBySide(t *testing.T) {
 			}
 			log := k.LogStrings()
 			last0, first1 := -1, len(log)
+			var zeros []string
 			for i, w := range log {
 				if strings.HasSuffix(w, ":3260/iser 0") {
 					last0 = i
+					zeros = append(zeros, w)
 				} else if strings.HasSuffix(w, ":3260/iser 1") && i < first1 {
 					first1 = i
 				}
+			}
+			if !slices.IsSorted(zeros) {
+				t.Errorf("the 0s were not written one at a time in configfs order: %q", zeros)
 			}
 			if last0 > first1 || len(log) != 2*len(ids)+2 { // and the other portal's 0 and 1
 				t.Errorf("%d writes, want %d; the last 0 at %d and the first 1 at %d", len(log), 2*len(ids)+2, last0, first1)

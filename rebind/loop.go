@@ -42,8 +42,8 @@ type Options struct {
 	// decided and a full learn: the reference the differential test holds
 	// the normal rounds to.
 	Exhaustive bool
-	// ISERWriters is how many iser writes of a shared portal's sharers
-	// run side by side after the first of each value (writeISERs); 0:
+	// ISERWriters is how many iser=1 writes of a shared portal's sharers
+	// run side by side after the first (attachISERs); 0:
 	// DefaultISERWriters, 1: one at a time.
 	ISERWriters int
 }
