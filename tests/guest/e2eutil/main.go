@@ -10,7 +10,8 @@
 //	                                          exit 0 if such a LISTEN cm_id exists now
 //	                                          (-comm tcp: a TCP socket in LISTEN)
 //	e2eutil wait-listen ... [-absent] [-since US] [-timeout 10s] [-interval 20ms]
-//	                                          poll until present (or absent); print ms since US
+//	                                          poll until present (or absent), as a real-time
+//	                                          task (SCHED_FIFO); print ms since US
 //	e2eutil status < json                     one line per listener: key=value …
 //	e2eutil stats V...                        n=… median=… max=… min=…
 //	e2eutil nvmetcli-restore FILE [CONFIGFS]  nvmetcli's restore and its stopping rule (restore.go)
@@ -27,7 +28,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+	"unsafe"
 )
 
 func main() {
@@ -108,6 +111,9 @@ func listen(cmd string, args []string) int {
 	if *since == 0 {
 		*since = start.UnixMicro()
 	}
+	if cmd == "wait-listen" {
+		realtime()
+	}
 	for {
 		found, err := present(*comm, a, *port, *dev, *wild)
 		if err != nil {
@@ -128,6 +134,19 @@ func listen(cmd string, args []string) int {
 			return 1
 		}
 		time.Sleep(*interval)
+	}
+}
+
+// realtime makes the wait a real-time task (SCHED_FIFO 50; the `rdma`
+// commands it runs inherit it): the moment a listener appears is measured
+// the same whatever else runs, e.g. the modprobe the kernel spawns for
+// every iser=1 a healer writes side by side with its other writes. Best
+// effort: a kernel that refuses leaves the wait as it was.
+func realtime() {
+	prio := int32(50)
+	const schedFIFO = 1
+	if _, _, e := syscall.RawSyscall(syscall.SYS_SCHED_SETSCHEDULER, 0, schedFIFO, uintptr(unsafe.Pointer(&prio))); e != 0 {
+		fmt.Fprintln(os.Stderr, "e2eutil: wait-listen stays a normal task:", e)
 	}
 }
 
