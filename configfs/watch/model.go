@@ -50,13 +50,17 @@ type Stats struct {
 // Model is configfs as the daemon reads it, kept current by inotify. It
 // implements the engine's Tree (rebind.Tree). Safe for concurrent use.
 type Model struct {
-	mu   sync.Mutex
-	fs   *configfs.FS // the real tree: writes, and reads in fallback
-	cfs  *configfs.FS // the same reads over the cache
-	ops  configfs.Ops
-	root string
-	log  *slog.Logger
-	opts Options
+	mu sync.Mutex
+	// swapping counts the iser writes made outside mu (SwapISER) and not
+	// yet marked: while one is, a rescan does not compare (the model's
+	// answer and the rescan's may differ by that write).
+	swapping int
+	fs       *configfs.FS // the real tree: writes, and reads in fallback
+	cfs      *configfs.FS // the same reads over the cache
+	ops      configfs.Ops
+	root     string
+	log      *slog.Logger
+	opts     Options
 
 	fd       int
 	buf      []byte
@@ -300,7 +304,7 @@ func (m *Model) identDirs() []string { return m.topDirs()[2:] }
 // would have answered is compared with what the rescan read.
 func (m *Model) rescan(trusted bool, why string) {
 	var before map[string]string
-	if trusted && !m.fallback {
+	if trusted && !m.fallback && m.swapping == 0 {
 		before = snapshot(modelAnswers{m})
 	}
 	m.stats.Rescans++
@@ -540,11 +544,16 @@ func (m *Model) Relink(portID string, l configfs.Link) error {
 // The write is made outside the model's lock: the writes of a shared
 // portal's sharers run side by side (each iser=1 waits for the modprobe
 // the kernel spawns), and a reader meanwhile sees the portal as before
-// the write until it is marked.
+// the write until it is marked (a rescan meanwhile does not compare:
+// swapping).
 func (m *Model) SwapISER(portalID string, on bool) (bool, error) {
+	m.mu.Lock()
+	m.swapping++
+	m.mu.Unlock()
 	was, err := m.fs.SwapISER(portalID, on)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.swapping--
 	if iqn, tpg, np, perr := configfs.ParsePortalID(portalID); perr == nil {
 		m.touchAttr(filepath.Join(m.root, "target", "iscsi", iqn, tpg, "np", np, "iser"))
 	}
