@@ -25,6 +25,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -137,16 +138,35 @@ func listen(cmd string, args []string) int {
 	}
 }
 
-// realtime makes the wait a real-time task (SCHED_FIFO 50; the `rdma`
-// commands it runs inherit it): the moment a listener appears is measured
-// the same whatever else runs, e.g. the modprobe the kernel spawns for
-// every iser=1 a healer writes side by side with its other writes. Best
-// effort: a kernel that refuses leaves the wait as it was.
+// realtime makes the wait a real-time task (SCHED_FIFO 50): every thread of
+// the process, so that the `rdma` commands it runs (forked from whichever
+// thread runs the goroutine, and inheriting its policy) and the goroutine
+// reading their output are real-time too, and threads made later (cloned
+// from one of these) as well. The moment a listener appears is then
+// measured the same whatever else runs, e.g. the modprobe the kernel spawns
+// for every iser=1 a healer writes side by side with its other writes.
+// Setting only the calling thread left the poll starved when its commands
+// ran from another thread: 250–290 ms between the daemon's binding write
+// and the LISTEN seen, in one run of two. Best effort: a kernel that
+// refuses leaves the wait as it was.
 func realtime() {
+	runtime.LockOSThread()
 	prio := int32(50)
 	const schedFIFO = 1
-	if _, _, e := syscall.RawSyscall(syscall.SYS_SCHED_SETSCHEDULER, 0, schedFIFO, uintptr(unsafe.Pointer(&prio))); e != 0 {
-		fmt.Fprintln(os.Stderr, "e2eutil: wait-listen stays a normal task:", e)
+	tids, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2eutil: wait-listen stays a normal task:", err)
+		return
+	}
+	for _, t := range tids {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if _, _, e := syscall.RawSyscall(syscall.SYS_SCHED_SETSCHEDULER, uintptr(tid), schedFIFO, uintptr(unsafe.Pointer(&prio))); e != 0 {
+			fmt.Fprintln(os.Stderr, "e2eutil: wait-listen stays a normal task:", e)
+			return
+		}
 	}
 }
 
