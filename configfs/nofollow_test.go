@@ -402,11 +402,21 @@ func TestSwapISER(t *testing.T) {
 			}
 			_, err := f.SwapISER(portal, true)
 			wantRefused(t, err, "FIFO")
-			out := t.TempDir()
-			put(t, filepath.Join(out, "iser"), "0\n")
+			// A character device (configfs cannot hold one; a test's tree
+			// can): refused, nothing read or written through it (it is
+			// /dev/zero's: a read would give zeros, not "0" or "1").
 			if err := os.Remove(iser); err != nil {
 				t.Fatal(err)
 			}
+			if err := syscall.Mknod(iser, syscall.S_IFCHR|0o644, 1<<8|5); err == nil {
+				_, err = f.SwapISER(portal, true)
+				wantRefused(t, err, "character device")
+				os.Remove(iser)
+			} else {
+				t.Logf("no mknod here (%v): the device case is not tried", err)
+			}
+			out := t.TempDir()
+			put(t, filepath.Join(out, "iser"), "0\n")
 			symlink(t, filepath.Join(out, "iser"), iser)
 			_, err = f.SwapISER(portal, true)
 			wantRefused(t, err, "a symlink where configfs has an attribute; not followed")
