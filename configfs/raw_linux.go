@@ -15,8 +15,7 @@ import (
 // tick under emulation, had its P taken and given back, and the monitor
 // ran at its shortest period for the whole run: 256 swaps of four calls
 // took 110-127 ms that way and 32-37 ms raw, in the guest right after
-// `rdma link add` (BENCHMARKS.md). The check of a link before it is
-// unlinked is one too. The write itself, which waits for the
+// `rdma link add` (BENCHMARKS.md). The write itself, which waits for the
 // kernel's np thread (iser=0) or for modprobe (iser=1), and every unlink
 // and link, which take nvmet's configuration lock, stay ordinary calls,
 // so that no P is held while the kernel waits.
@@ -91,24 +90,4 @@ func rawClose(fd int) error {
 		return e
 	}
 	return nil
-}
-
-// rawFstatat is fstatat(2) of name in the directory dirfd, no symlink
-// followed (a port's links are read before each is unlinked).
-func rawFstatat(dirfd int, name string, st *unix.Stat_t) error {
-	p, err := unix.BytePtrFromString(name)
-	if err != nil {
-		return err
-	}
-	for {
-		_, _, e := unix.RawSyscall6(unix.SYS_NEWFSTATAT, uintptr(dirfd), uintptr(unsafe.Pointer(p)),
-			uintptr(unsafe.Pointer(st)), unix.AT_SYMLINK_NOFOLLOW, 0, 0)
-		switch e {
-		case 0:
-			return nil
-		case unix.EINTR:
-			continue
-		}
-		return e
-	}
 }

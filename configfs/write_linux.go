@@ -154,12 +154,10 @@ func (o OSOps) removeLinks(dir string, names []string, done func(int, error) boo
 }
 
 // removeLink removes name of the directory dfd (path, for errors), which
-// must be a symlink. The check is a raw call (raw_linux.go); the unlink,
-// which takes nvmet's configuration lock (and for a port's last link
-// disables the port), an ordinary one.
+// must be a symlink.
 func removeLink(dfd int, name, path string) error {
 	var st unix.Stat_t
-	if err := rawFstatat(dfd, name, &st); err != nil {
+	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return &fs.PathError{Op: "remove", Path: path, Err: err}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFLNK {
