@@ -191,7 +191,7 @@ func (o OSOps) swapAttr(path, from, to string) (string, error) {
 	n := 0
 	for n < len(buf) {
 		want := len(buf) - n
-		m, err := rawRead(fd, buf[n:])
+		m, err := eintr(func() (int, error) { return unix.Read(fd, buf[n:]) })
 		if err != nil {
 			unix.Close(fd)
 			return "", &fs.PathError{Op: "read", Path: path, Err: err}
@@ -203,7 +203,7 @@ func (o OSOps) swapAttr(path, from, to string) (string, error) {
 	}
 	got, err := trimAttr(path, buf[:n])
 	if err != nil || got != from {
-		rawClose(fd)
+		unix.Close(fd)
 		return got, err
 	}
 	// At offset 0: configfs ignores the offset; a regular file (the
@@ -218,7 +218,7 @@ func (o OSOps) swapAttr(path, from, to string) (string, error) {
 		unix.Close(fd)
 		return got, &fs.PathError{Op: "write", Path: path, Err: err}
 	}
-	if err := rawClose(fd); err != nil {
+	if err := unix.Close(fd); err != nil {
 		return got, &fs.PathError{Op: "close", Path: path, Err: err}
 	}
 	return got, nil
@@ -228,7 +228,7 @@ func (o OSOps) swapAttr(path, from, to string) (string, error) {
 // with flags; what is opened must be a regular file, checked on the fd
 // before anything is read or written.
 //
-// With openat2, the attribute is opened in one (raw) call from the root, on the
+// With openat2, the attribute is opened in one call from the root, on the
 // root's own file system (RESOLVE_NO_XDEV): configfs holds nothing there
 // but directories, attributes and links, and the open is non-blocking and
 // takes no controlling terminal, so that what is not an attribute (a FIFO
@@ -246,8 +246,9 @@ func (o OSOps) openAttr(path string, flags int) (int, error) {
 		if err != nil {
 			return -1, err
 		}
-		// Raw calls (raw_linux.go): none of them waits on another thread.
-		rfd, err := rawOpenDir(root)
+		rfd, err := eintr(func() (int, error) {
+			return unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		})
 		if err != nil {
 			return -1, &fs.PathError{Op: "open", Path: root, Err: err}
 		}
@@ -255,8 +256,8 @@ func (o OSOps) openAttr(path string, flags int) (int, error) {
 			Flags:   uint64(flags),
 			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV,
 		}
-		fd, err := rawOpenat2(rfd, rel, how)
-		rawClose(rfd)
+		fd, err := eintr(func() (int, error) { return unix.Openat2(rfd, rel, how) })
+		unix.Close(rfd)
 		switch err {
 		case nil:
 			return checkAttrFD(fd, path, root)
@@ -291,7 +292,7 @@ func (o OSOps) openAttr(path string, flags int) (int, error) {
 // checkAttrFD returns fd if it is a regular file; otherwise it closes it.
 func checkAttrFD(fd int, path, root string) (int, error) {
 	var st unix.Stat_t
-	if err := rawFstat(fd, &st); err != nil {
+	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
 		return -1, &fs.PathError{Op: "stat", Path: path, Err: err}
 	}
