@@ -429,10 +429,10 @@ func (e *Engine) swapped(s Step, was bool, err error, took time.Duration, skip m
 
 // healTimes is when a heal's writes ended (debug): its first write, and
 // its first write that can bind a listener (a link, iser=1). Until that
-// binding write: the time in the writes.
+// binding write: the time in the writes, and the binding write's own.
 type healTimes struct {
 	first, firstOn time.Time
-	writes         time.Duration
+	writes, bind   time.Duration // bind: the binding write's own
 	nWrites        int
 }
 
@@ -445,7 +445,7 @@ func (t *healTimes) wrote(on bool, took time.Duration) {
 		t.writes += took
 		t.nWrites++
 		if on {
-			t.firstOn = now
+			t.firstOn, t.bind = now, took
 		}
 	}
 }
@@ -467,7 +467,7 @@ func (e *Engine) logHeal(h Heal, start, began time.Time, tm healTimes, batches, 
 	e.log.Debug("heal", "endpoint", h.Endpoint.String(), "action", h.Action.String(), "steps", len(h.Steps),
 		"began", began.Sub(start), "first_write", since(tm.first), "first_bind", since(tm.firstOn), "ended", time.Since(start),
 		"journal_batches", batches, "journal_writes", journal,
-		"writes_to_bind", tm.nWrites, "in_writes", tm.writes)
+		"writes_to_bind", tm.nWrites, "in_writes", tm.writes, "bind_write", tm.bind)
 }
 
 // write makes one configfs write, counting it and the time spent in it
