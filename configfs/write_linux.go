@@ -190,16 +190,15 @@ func (o OSOps) swapAttr(path, from, to string) (string, error) {
 	buf := make([]byte, maxAttr+1)
 	n := 0
 	for n < len(buf) {
-		want := len(buf) - n
 		m, err := eintr(func() (int, error) { return unix.Read(fd, buf[n:]) })
 		if err != nil {
 			unix.Close(fd)
 			return "", &fs.PathError{Op: "read", Path: path, Err: err}
 		}
-		n += m
-		if m < want {
-			break // a short read of a regular file is its end (configfs hands the whole attribute to the first read)
+		if m == 0 {
+			break
 		}
+		n += m
 	}
 	got, err := trimAttr(path, buf[:n])
 	if err != nil || got != from {
@@ -225,48 +224,10 @@ func (o OSOps) swapAttr(path, from, to string) (string, error) {
 }
 
 // openAttr opens the attribute at path (beneath Root, no symlink followed)
-// with flags; what is opened must be a regular file, checked on the fd
-// before anything is read or written.
-//
-// With openat2, the attribute is opened in one call from the root, on the
-// root's own file system (RESOLVE_NO_XDEV): configfs holds nothing there
-// but directories, attributes and links, and the open is non-blocking and
-// takes no controlling terminal, so that what is not an attribute (a FIFO
-// in a test's tree) is opened without effect and refused. That is five
-// system calls around the read and the write, against eight through the
-// directory; a shared portal's sharers are written one after another
-// before its first bind (BENCHMARKS.md). Where openat2 is missing or
-// refuses (a symlink, another file system on the way), the directory is
-// opened as every other write does (parent) and the entry checked before
-// it is opened, which also names a symlink in the error.
+// with flags; it must be a regular file, checked before the open (opening
+// a device or a FIFO is not harmless) and again on the fd (what was opened
+// is what is written).
 func (o OSOps) openAttr(path string, flags int) (int, error) {
-	flags |= unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
-	if !o.walk {
-		root, rel, err := o.beneath(path)
-		if err != nil {
-			return -1, err
-		}
-		rfd, err := eintr(func() (int, error) {
-			return unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		})
-		if err != nil {
-			return -1, &fs.PathError{Op: "open", Path: root, Err: err}
-		}
-		how := &unix.OpenHow{
-			Flags:   uint64(flags),
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV,
-		}
-		fd, err := eintr(func() (int, error) { return unix.Openat2(rfd, rel, how) })
-		unix.Close(rfd)
-		switch err {
-		case nil:
-			return checkAttrFD(fd, path, root)
-		case unix.ENOSYS, unix.EPERM, unix.ELOOP, unix.EXDEV, unix.ENOTDIR:
-			// Through the directory: it names what it finds.
-		default:
-			return -1, &fs.PathError{Op: "open", Path: path, Err: err}
-		}
-	}
 	dfd, name, root, err := o.parent(path)
 	if err != nil {
 		return -1, err
@@ -279,19 +240,15 @@ func (o OSOps) openAttr(path string, flags int) (int, error) {
 	if err := isAttr(path, root, st.Mode); err != nil {
 		return -1, err
 	}
-	fd, err := eintr(func() (int, error) { return unix.Openat(dfd, name, flags, 0) })
+	fd, err := eintr(func() (int, error) {
+		return unix.Openat(dfd, name, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	})
 	if err == unix.ELOOP {
 		return -1, &symlinkError{path: path, has: "an attribute", root: root}
 	}
 	if err != nil {
 		return -1, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	return checkAttrFD(fd, path, root)
-}
-
-// checkAttrFD returns fd if it is a regular file; otherwise it closes it.
-func checkAttrFD(fd int, path, root string) (int, error) {
-	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
 		return -1, &fs.PathError{Op: "stat", Path: path, Err: err}
