@@ -146,9 +146,11 @@ func listen(cmd string, args []string) int {
 // measured the same whatever else runs, e.g. the modprobe the kernel spawns
 // for every iser=1 a healer writes side by side with its other writes.
 // Setting only the calling thread left the poll starved when its commands
-// ran from another thread: 250–290 ms between the daemon's binding write
-// and the LISTEN seen, in one run of two. Best effort: a kernel that
-// refuses leaves the wait as it was.
+// ran from another thread: in ten daemon runs of shared-iser-scale, 14 to
+// 408 ms between the daemon's binding write and the LISTEN seen, over
+// 200 ms in six (BENCHMARKS.md). The goroutine stays on its thread
+// (LockOSThread), so the commands are forked from a real-time thread from
+// the start. Best effort: a kernel that refuses leaves the wait as it was.
 func realtime() {
 	runtime.LockOSThread()
 	prio := int32(50)
