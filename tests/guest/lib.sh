@@ -271,6 +271,12 @@ wait_gone() {
 	e2eutil wait-listen -absent -comm "$1" -addr "$2" -port "$3" -timeout "${4:-10}s" >/dev/null
 }
 now() { e2eutil now; }
+# up_cs VAR: sets VAR to /proc/uptime in centiseconds without a fork, to
+# time a step inside a measured window (10 ms steps).
+up_cs() {
+	read -r _up _ </proc/uptime
+	eval "$1=\$(( \${_up%.*} * 100 + 1\${_up#*.} - 100 ))"
+}
 
 # ---- the daemon --------------------------------------------------------------------
 

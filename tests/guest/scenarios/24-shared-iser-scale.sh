@@ -73,8 +73,10 @@ daemon_run() {
 	status_expect "daemon $1, before" lio "$FIRST/tpgt_1/$A:$P" "endpoint=ib_isert $A:$P" sharers=$NT state=listening
 	outage "daemon $1"
 	l0=$(wc -l <"$W/daemon.log")
+	up_cs u0
 	t0=$(now)
 	must rxe_add rxe0 veth0
+	up_cs u1
 	dl=$(wait_listen ib_isert $A $P 30 "$t0") || fail "daemon $1: $A:$P ($NT sharers) not listening 30 s after rdma link add"
 	dc=$(complete "daemon $1" "$t0")
 	# Where the daemon's time went (debug log: the events, the round that
@@ -83,6 +85,7 @@ daemon_run() {
 	sleep 2
 	log "daemon $1: t0 $t0 us (rdma link add started)"
 	tail -n +"$((l0 + 1))" "$W/daemon.log" | grep 'msg=event\|msg=round\|msg=heal' | head -n 8 | while read -r line; do log "  $line"; done
+	metric "daemon_linkadd_ms_$1=$(( (u1 - u0) * 10 ))"
 	metric "daemon_listen_ms_$1=$dl"
 	metric "daemon_complete_ms_$1=$dc"
 	log "daemon $1: LISTEN $dl ms, every sharer at 1 $dc ms after rdma link add"
@@ -98,8 +101,10 @@ daemon_run() {
 # script_complete_ms_R (the same poll as the daemon's), script_all0_ms_R.
 script_run() {
 	outage "script $1"
+	up_cs u0
 	t0=$(now)
 	must rxe_add rxe0 veth0
+	up_cs u1
 	(
 		set_isers 0 $A $P $Q || exit 1
 		echo "$(e2eutil since "$t0")" >"$W/all0"
@@ -112,6 +117,7 @@ script_run() {
 	metric "script_end_ms_$1=$(e2eutil since "$t0")"
 	bad=$(all_iser 1 $A $P $Q) || fail "script $1: sharers not at 1 after the script: $(echo "$bad" | cut -c1-200)"
 	metric "script_all0_ms_$1=$(cat "$W/all0")"
+	metric "script_linkadd_ms_$1=$(( (u1 - u0) * 10 ))"
 	metric "script_listen_ms_$1=$sl"
 	metric "script_complete_ms_$1=$sc"
 	log "script $1: every sharer at 0 after $(cat "$W/all0") ms, LISTEN $sl ms, every sharer at 1 $sc ms after rdma link add"

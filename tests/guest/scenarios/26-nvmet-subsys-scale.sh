@@ -64,12 +64,15 @@ daemon_run() {
 	daemon_start || fail "daemon did not start"
 	outage "daemon $1"
 	l0=$(wc -l <"$W/daemon.log")
+	up_cs u0
 	t0=$(now)
 	must rxe_add rxe0 veth0
+	up_cs u1
 	dl=$(wait_listen nvmet_rdma $A $P 30 "$t0") || fail "daemon $1: port 1 not listening 30 s after rdma link add"
 	dc=$(complete "daemon $1" "$t0")
 	sleep 2
 	tail -n +"$((l0 + 1))" "$W/daemon.log" | grep 'msg=event\|msg=round\|msg=heal' | head -n 8 | while read -r line; do log "  $line"; done
+	metric "daemon_linkadd_ms_$1=$(( (u1 - u0) * 10 ))"
 	metric "daemon_listen_ms_$1=$dl"
 	metric "daemon_complete_ms_$1=$dc"
 	log "daemon $1: LISTEN $dl ms, every link back $dc ms after rdma link add"
@@ -82,8 +85,10 @@ daemon_run() {
 
 script_run() {
 	outage "script $1"
+	up_cs u0
 	t0=$(now)
 	must rxe_add rxe0 veth0
+	up_cs u1
 	(
 		rm -f "$PD"/* || exit 1
 		ln -s "$N/subsystems"/* "$PD/" || exit 2
@@ -92,6 +97,7 @@ script_run() {
 	sl=$(wait_listen nvmet_rdma $A $P 30 "$t0") || fail "script $1: port 1 not listening 30 s after rdma link add"
 	sc=$(complete "script $1" "$t0")
 	wait $sp || fail "script $1: exit $? (1 = rm, 2 = ln)"
+	metric "script_linkadd_ms_$1=$(( (u1 - u0) * 10 ))"
 	metric "script_listen_ms_$1=$sl"
 	metric "script_complete_ms_$1=$sc"
 	log "script $1: LISTEN $sl ms, every link back $sc ms after rdma link add"
