@@ -119,6 +119,19 @@ func (o *Observed) settle(g Generational) {
 	o.stable = ok && after == o.tok
 }
 
+// unchanged tells whether configfs still answers what o read: the tree's
+// generation has not moved since o's token, and nothing moved while o
+// read it. A precondition that only repeats o's reading then holds
+// (journalBatch); never in the exhaustive round, which reads each one.
+func (o *Observed) unchanged(t Tree) bool {
+	g, ok := t.(Generational)
+	if !ok || !o.stable {
+		return false
+	}
+	now, ok := g.Generation()
+	return ok && now == o.tok
+}
+
 // carry takes b's configfs objects and verdicts (an observation of the
 // same configfs): shared, never written.
 func (o *Observed) carry(b *Observed) {

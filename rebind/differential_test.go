@@ -37,7 +37,8 @@ import (
 // netdevs, listeners killed and re-made behind configfs's back, TCP
 // listeners gone, event storms, the clock (graces, backoff, give-up, the
 // boot window), manual rebinds, the journal on disk, nvmetcli's saved
-// config and its edits, config swaps, refused configfs writes and crashes
+// config and its edits, config swaps, an admin's iser=0 between a round's
+// reading and its journal batch, refused configfs writes and crashes
 // at the engine's fault points followed by a restart on the same state
 // directory. Observers read the snapshot and plan beside the loop (-race).
 //
@@ -112,10 +113,13 @@ type twin struct {
 	e          *rebind.Engine
 	faultAt    int // the fault point call that crashes (0: none)
 	faults     int
-	writes     int // the configfs write log's length at the last round
-	healed     int // heals verified by the engine, before this round
-	readers    sync.WaitGroup
-	stop       chan struct{}
+	// atJournal runs at the next journal batch ("before-journal"): an
+	// admin's write after the round read configfs.
+	atJournal func()
+	writes    int // the configfs write log's length at the last round
+	healed    int // heals verified by the engine, before this round
+	readers   sync.WaitGroup
+	stop      chan struct{}
 }
 
 var twinIPs = []string{"192.0.2.1", "192.0.2.2", "198.51.100.1", "198.51.100.2", "203.0.113.1"}
@@ -198,7 +202,11 @@ func (w *twin) start() {
 	// ISERWriters 1: a refused "n-th write from now" must be the same
 	// write in both engines (side by side, the order of a run is not).
 	w.e = rebind.New(rebind.Options{Tree: m, Kernel: w.k, Store: w.store, Config: w.cfg, Now: w.clk.now, Declared: saved.Load,
-		Quarantined: moved, Exhaustive: w.exhaustive, ISERWriters: 1, Fault: func(string) bool {
+		Quarantined: moved, Exhaustive: w.exhaustive, ISERWriters: 1, Fault: func(point string) bool {
+			if f := w.atJournal; point == "before-journal" && f != nil {
+				w.atJournal = nil
+				f()
+			}
 			w.faults++
 			return w.faults == w.faultAt
 		}})
@@ -245,7 +253,7 @@ func (w *twin) round() error {
 	return err
 }
 
-const opCount = 26
+const opCount = 27
 
 // do applies step op (arg: its randomness) to the world, and says what
 // it did.
@@ -374,6 +382,19 @@ func (w *twin) do(op int, arg uint64) string {
 		}
 		k.RemovePort(id)
 		return "admin removes port " + id
+	case 26:
+		pick := r.IntN(1 << 20)
+		w.atJournal = func() {
+			ps, err := admin.Portals()
+			if err != nil {
+				return
+			}
+			ps = slices.DeleteFunc(ps, func(p configfs.Portal) bool { return !p.ISER })
+			if len(ps) > 0 {
+				admin.SetISER(ps[pick%len(ps)].ID(), false)
+			}
+		}
+		return "the admin sets iser=0 on a portal at the next journal batch"
 	case 24:
 		w.reset("rxe0", 0x3333, "veth0")
 		return "rxe0 replaced by a card of another node GUID"

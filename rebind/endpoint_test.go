@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/netip"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
+	"github.com/nvmet-rebind/nvmet-rebind/configfs/watch"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
@@ -449,6 +451,106 @@ func TestSharedPortalAdminZeroDuringTheHeal(t *testing.T) {
 	}
 	if p, _ := k.FS().Portal(ids[2]); p.ISER {
 		t.Errorf("the admin's iser=0, written during the heal, was undone: %q", k.LogStrings())
+	}
+}
+
+// The admin's iser=0, written after the round read configfs and before its
+// journal batch, is not journaled: a crash right after the batch leaves it
+// at 0 after the restart. Through the inotify model the batch takes the
+// plan's reading of iser as it is only while the model's generation has
+// not moved (Observed.unchanged); the admin's write moves it, so the
+// portal is read again. Without the model every precondition is read.
+func TestSharedPortalAdminZeroBeforeTheJournal(t *testing.T) {
+	for _, model := range []bool{false, true} {
+		t.Run(fmt.Sprintf("model=%v", model), func(t *testing.T) {
+			k, ids, _ := sharedWorld(t, 3)
+			clk := newClock()
+			dir := t.TempDir()
+			var tree rebind.Tree = k.FS()
+			if model {
+				m, err := watch.New(k.FS(), watch.Options{Logger: slog.New(slog.DiscardHandler)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { m.Close() })
+				tree = m
+			}
+			j, err := state.Open(dir)
+			must(t, err)
+			admin := configfs.NewWithOps(k.Root, k.Admin())
+			crashed := false
+			e := rebind.New(rebind.Options{Tree: tree, Kernel: k, Store: j, Config: rebind.DefaultConfig(), Now: clk.now,
+				Fault: func(p string) bool {
+					switch p {
+					case "before-journal":
+						must(t, admin.SetISER(ids[2], false))
+					case "after-journal":
+						crashed = true
+						return true
+					}
+					return false
+				}})
+			_, err = e.Reconcile(context.Background())
+			must(t, err)
+			k.RemoveDevice("rxe0")
+			k.AddDevice("rxe0", 0x11, "veth0")
+			if _, err := e.Reconcile(context.Background()); !errors.Is(err, rebind.ErrCrashed) || !crashed {
+				t.Fatalf("no crash after the journal batch: %v", err)
+			}
+			_, err = sharedEngine(t, k, clk, nil, dir).Reconcile(context.Background())
+			must(t, err)
+			if p, _ := k.FS().Portal(ids[2]); p.ISER {
+				t.Errorf("the admin's iser=0, written before the journal batch, was undone after the restart: %q", k.LogStrings())
+			}
+			for _, id := range ids[:2] {
+				if p, _ := k.FS().Portal(id); !p.ISER || !k.Listening("ib_isert", id) {
+					t.Errorf("%s: iser=%v listening=%v after the restart", id, p.ISER, k.Listening("ib_isert", id))
+				}
+			}
+		})
+	}
+}
+
+// Through the inotify model, when nothing in configfs moved since the round
+// read it, the journal batch of a shared portal's heal reads nothing: the
+// plan's reading of each sharer's iser is the precondition (256 sharers:
+// 256 reads saved before the first write).
+func TestSharedPortalJournalTakesThePlansReading(t *testing.T) {
+	k, ids, _ := sharedWorld(t, 8)
+	m, err := watch.New(k.FS(), watch.Options{Logger: slog.New(slog.DiscardHandler)})
+	must(t, err)
+	t.Cleanup(func() { m.Close() })
+	j, err := state.Open(t.TempDir())
+	must(t, err)
+	var before watch.Stats
+	var reads []uint64 // by journal batch
+	e := rebind.New(rebind.Options{Tree: m, Kernel: k, Store: j, Config: rebind.DefaultConfig(), Now: newClock().now,
+		Fault: func(p string) bool {
+			switch p {
+			case "before-journal":
+				before = m.Stats()
+			case "after-journal":
+				after := m.Stats()
+				reads = append(reads, after.Reads+after.Hits+after.MemoHits-before.Reads-before.Hits-before.MemoHits)
+			}
+			return false
+		}})
+	_, err = e.Reconcile(context.Background())
+	must(t, err)
+	k.RemoveDevice("rxe0")
+	k.AddDevice("rxe0", 0x11, "veth0")
+	_, err = e.Reconcile(context.Background())
+	must(t, err)
+	// The first batch is the first heal's alone (the shared portal's or
+	// the one of its own); the second follows the first heal's writes, so
+	// its portal is read again.
+	if len(reads) != 2 || reads[0] != 0 || reads[1] == 0 {
+		t.Errorf("reads of configfs by journal batch: %v; want [0 >0] (none while nothing moved since the plan)", reads)
+	}
+	for _, id := range ids {
+		if p, _ := k.FS().Portal(id); !p.ISER || !k.Listening("ib_isert", id) {
+			t.Errorf("%s: iser=%v listening=%v after the heal", id, p.ISER, k.Listening("ib_isert", id))
+		}
 	}
 }
 

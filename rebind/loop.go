@@ -298,7 +298,7 @@ func (e *Engine) act(ctx context.Context, obs *Observed, pl *Planned, sel *Selec
 		}
 		return nil, nil, 0, nil
 	}
-	done, err := e.apply(ctx, pl.Heals)
+	done, err := e.apply(ctx, pl.Heals, obs)
 	if err != nil {
 		return nil, nil, 0, err
 	}

@@ -191,7 +191,7 @@ func TestCrashAnywhere(t *testing.T) {
 				heals += 2
 				want += 2 * 2 // iser 0, iser 1 of each portal
 			}
-			want += min(heals, 2) // journal batches: the first heal's, then the rest's
+			want += 2 * min(heals, 2) // journal batches (the first heal's, then the rest's): before and after each
 			if len(pts) != want {
 				t.Fatalf("fault points %q: %d, want %d", pts, len(pts), want)
 			}

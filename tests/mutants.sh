@@ -38,6 +38,8 @@ M17	rebind/carry.go	s/same = same \&\& in\.verdictsOnly/same = true/	a change of
 M18	rebind/carry.go	s/!d\.Touches\(e\.ep\.Owner\(\), e\.ep\.Addr\) \&\& //	the endpoints the tables' delta touches keep their verdicts
 M19	rebind/carry.go	s/ \&\& !tcp\[e\.ep\.Addr\] \{/ \&\& !(tcp[e.ep.Addr] \&\& false) {/	a TCP socket that came or went is not judged again
 M20	rebind/carry.go	s/!\(entry \&\& d\.DeviceChanged\(was\.EntryDev\)\)/!(entry \&\& d.DeviceChanged(was.EntryDev) \&\& false)/	a change of the device a listener was on is not judged again
+M21	rebind/apply.go	s/asRead := !e\.opt\.Exhaustive \&\& obs\.unchanged\(e\.opt\.Tree\)/asRead := !e.opt.Exhaustive/	the journal batch takes the plan's reading of iser although configfs moved
+M22	rebind/carry.go	s/return ok \&\& now == o\.tok/_ = now; return ok/	configfs reads as unchanged whatever its generation
 EOF
 }
 
