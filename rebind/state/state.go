@@ -7,7 +7,8 @@
 // The journal holds two kinds of files:
 //
 //   - single entries, journal/<kind>-<hex of sha256(kind NUL id)[:12]>.json:
-//     one intent, whose kind and id must match the file name. Put (and
+//     one intent (on one line; versions before 2026-12 indented it, which
+//     reads the same), whose kind and id must match the file name. Put (and
 //     PutAll of one intent) writes them, as every version before batches
 //     did; a journal left by such a version replays as it is.
 //   - batches, journal/batch-<seq, 20 decimal digits>.json: PutAll of
@@ -59,10 +60,8 @@
 package state
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/bounded"
@@ -251,7 +250,7 @@ func (s *Store) PutAll(ins []rebind.Intent) error {
 		}
 	}()
 	if len(list) == 1 && !ix.batched(keys[0]) {
-		b, err := json.MarshalIndent(list[0], "", "  ")
+		b, err := appendIntent(nil, list[0])
 		if err != nil {
 			return fmt.Errorf("journal %s: %w", label, err)
 		}
@@ -295,9 +294,15 @@ func (s *Store) PutAll(ins []rebind.Intent) error {
 func (s *Store) prune(ix *index, fresh []rebind.Key) error {
 	var dead []string
 	for _, k := range fresh {
+		if len(ix.singles) == 0 {
+			break // (a journal of batches only: no name to hash)
+		}
 		if name := singleName(k); ix.singles[name] { // readable: older than any batch
 			dead = append(dead, name)
 		}
+	}
+	if len(dead) == 0 && len(ix.batches) == 1 {
+		return nil // the batch just written, alone: nothing superseded
 	}
 	newest := ix.newest()
 	var live []*jfile
@@ -349,22 +354,19 @@ func hasKey(m map[string]bool, k string) bool {
 
 // marshalBatch is a batch file, one intent a line.
 func marshalBatch(seq uint64, ins []rebind.Intent) ([]byte, error) {
-	var b bytes.Buffer
-	fmt.Fprintf(&b, "{\"version\":%d,\"seq\":%d,\"intents\":[", batchVersion, seq)
+	b := fmt.Appendf(nil, "{\"version\":%d,\"seq\":%d,\"intents\":[", batchVersion, seq)
 	for i, in := range ins {
 		in.Version = journalVersion
-		j, err := json.Marshal(in)
-		if err != nil {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '\n')
+		var err error
+		if b, err = appendIntent(b, in); err != nil {
 			return nil, err
 		}
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString("\n")
-		b.Write(j)
 	}
-	b.WriteString("\n]}")
-	return b.Bytes(), nil
+	return append(b, "\n]}"...), nil
 }
 
 // batched tells whether a batch file holds k.
