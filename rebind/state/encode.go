@@ -1,11 +1,32 @@
 package state
 
+// The writer's encoding of the journal's files (read.go decodes them): a
+// batch file, and the intents in it or alone in a single entry.
+
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
 )
+
+// marshalBatch is a batch file, one intent a line.
+func marshalBatch(seq uint64, ins []rebind.Intent) ([]byte, error) {
+	b := fmt.Appendf(nil, "{\"version\":%d,\"seq\":%d,\"intents\":[", batchVersion, seq)
+	for i, in := range ins {
+		in.Version = journalVersion
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '\n')
+		var err error
+		if b, err = appendIntent(b, in); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, "\n]}"...), nil
+}
 
 // appendIntent appends in as encoding/json writes it (json.Marshal of a
 // rebind.Intent, byte for byte: TestAppendIntentIsMarshal), without

@@ -352,23 +352,6 @@ func hasKey(m map[string]bool, k string) bool {
 	return ok
 }
 
-// marshalBatch is a batch file, one intent a line.
-func marshalBatch(seq uint64, ins []rebind.Intent) ([]byte, error) {
-	b := fmt.Appendf(nil, "{\"version\":%d,\"seq\":%d,\"intents\":[", batchVersion, seq)
-	for i, in := range ins {
-		in.Version = journalVersion
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, '\n')
-		var err error
-		if b, err = appendIntent(b, in); err != nil {
-			return nil, err
-		}
-	}
-	return append(b, "\n]}"...), nil
-}
-
 // batched tells whether a batch file holds k.
 func (ix *index) batched(k rebind.Key) bool {
 	for _, f := range ix.batches {
