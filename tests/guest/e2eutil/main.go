@@ -1,6 +1,7 @@
 // Command e2eutil is a small static helper for the guest scripts of the
 // end-to-end tests: a clock with microseconds (busybox date has none), a
-// LISTEN poller over `rdma -j resource show cm_id`, a reader for
+// LISTEN check by `rdma -j resource show cm_id` and a LISTEN poll by RDMA
+// netlink that rdma confirms, a reader for
 // `nvmet-rebind status --json` and a median/max calculator. It asserts
 // nothing by itself: the scripts decide.
 //
@@ -11,7 +12,8 @@
 //	                                          (-comm tcp: a TCP socket in LISTEN)
 //	e2eutil wait-listen ... [-absent] [-since US] [-timeout 10s] [-interval 20ms]
 //	                                          poll until present (or absent), as a real-time
-//	                                          task (SCHED_FIFO); print ms since US
+//	                                          task (SCHED_FIFO), by RDMA netlink (nldev.go);
+//	                                          print ms since US once rdma agrees (else exit 3)
 //	e2eutil status < json                     one line per listener: key=value …
 //	e2eutil stats V...                        n=… median=… max=… min=…
 //	e2eutil nvmetcli-restore FILE [CONFIGFS]  nvmetcli's restore and its stopping rule (restore.go)
@@ -73,11 +75,14 @@ func fatal(err error) {
 	os.Exit(2)
 }
 
+// cmID is one entry of `rdma -j resource show cm_id`, or of readCMIDs.
 type cmID struct {
 	IfName string `json:"ifname"`
 	Port   *int   `json:"port"`
+	IDN    int    `json:"cm-idn"`
 	State  string `json:"state"`
-	Comm   string `json:"comm"`
+	PID    int    `json:"pid"`
+	Comm   string `json:"comm"` // rdma: a process's comm too; readCMIDs: the kernel owner's only
 	Src    string `json:"src-addr"`
 }
 
@@ -115,19 +120,29 @@ func listen(cmd string, args []string) int {
 	if cmd == "wait-listen" {
 		realtime()
 	}
-	for {
-		found, err := present(*comm, a, *port, *dev, *wild)
+	if cmd == "listening" {
+		found, err := present(rdmaCMIDs, *comm, a, *port, *dev, *wild)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "e2eutil:", err)
 		}
-		if cmd == "listening" {
-			if found {
-				return 0
-			}
-			return 1
+		if found {
+			return 0
+		}
+		return 1
+	}
+	for {
+		found, err := present(readCMIDs, *comm, a, *port, *dev, *wild)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2eutil:", err)
 		}
 		if err == nil && found != *absent {
-			fmt.Printf("%.1f\n", float64(time.Now().UnixMicro()-*since)/1000)
+			ms := float64(time.Now().UnixMicro()-*since) / 1000
+			// rdma judges what the poll saw, after the moment is taken.
+			if judged, err := present(rdmaCMIDs, *comm, a, *port, *dev, *wild); err != nil || judged != found {
+				fmt.Fprintf(os.Stderr, "e2eutil: the poll's netlink reading (listening: %v) and rdma (%v, %v) disagree\n", found, judged, err)
+				return 3
+			}
+			fmt.Printf("%.1f\n", ms)
 			return 0
 		}
 		if time.Since(start) > *timeout {
@@ -139,12 +154,13 @@ func listen(cmd string, args []string) int {
 }
 
 // realtime makes the wait a real-time task (SCHED_FIFO 50): every thread of
-// the process, so that the `rdma` commands it runs (forked from whichever
-// thread runs the goroutine, and inheriting its policy) and the goroutine
-// reading their output are real-time too, and threads made later (cloned
-// from one of these) as well. The moment a listener appears is then
-// measured the same whatever else runs, e.g. the modprobe the kernel spawns
-// for every iser=1 a healer writes side by side with its other writes.
+// the process, so that the goroutine polling, on whichever thread it runs,
+// the `rdma` command that confirms (forked from such a thread, inheriting
+// its policy), and threads made later (cloned from one of these) are
+// real-time too. The poll itself forks nothing since 2026-12-04 (nldev.go).
+// The moment a listener appears is then measured the same whatever else
+// runs, e.g. the modprobe the kernel spawns for every iser=1 a healer
+// writes side by side with its other writes.
 // Setting only the calling thread left the poll starved when its commands
 // ran from another thread: in ten daemon runs of shared-iser-scale, 14 to
 // 408 ms between the daemon's binding write and the LISTEN seen, over
@@ -220,19 +236,15 @@ func tcpListening(addr netip.Addr, port string) (bool, error) {
 	return false, nil
 }
 
-func present(comm string, addr netip.Addr, port, dev string, wild bool) (bool, error) {
+// present says whether a LISTEN cm_id of comm on addr:port (on device dev
+// when not empty; a wildcard child when wild) is in the table read.
+func present(read func() ([]cmID, error), comm string, addr netip.Addr, port, dev string, wild bool) (bool, error) {
 	if comm == "tcp" {
 		return tcpListening(addr, port)
 	}
-	out, err := exec.Command("rdma", "-j", "resource", "show", "cm_id").Output()
+	ids, err := read()
 	if err != nil {
-		return false, fmt.Errorf("rdma resource show cm_id: %v", err)
-	}
-	var ids []cmID
-	if s := strings.TrimSpace(string(out)); s != "" {
-		if err := json.Unmarshal([]byte(s), &ids); err != nil {
-			return false, fmt.Errorf("rdma -j resource show cm_id: %v: %q", err, s)
-		}
+		return false, err
 	}
 	for _, c := range ids {
 		if c.State != "LISTEN" || (comm != "" && c.Comm != comm) || (dev != "" && c.IfName != dev) {
@@ -246,6 +258,21 @@ func present(comm string, addr netip.Addr, port, dev string, wild bool) (bool, e
 		}
 	}
 	return false, nil
+}
+
+// rdmaCMIDs is `rdma -j resource show cm_id`.
+func rdmaCMIDs() ([]cmID, error) {
+	out, err := exec.Command("rdma", "-j", "resource", "show", "cm_id").Output()
+	if err != nil {
+		return nil, fmt.Errorf("rdma resource show cm_id: %v", err)
+	}
+	var ids []cmID
+	if s := strings.TrimSpace(string(out)); s != "" {
+		if err := json.Unmarshal([]byte(s), &ids); err != nil {
+			return nil, fmt.Errorf("rdma -j resource show cm_id: %v: %q", err, s)
+		}
+	}
+	return ids, nil
 }
 
 func status(in io.Reader, out io.Writer) int {
