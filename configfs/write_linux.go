@@ -23,7 +23,7 @@ import (
 // openDir opens rel, a directory beneath root, with O_PATH.
 func (o OSOps) openDir(root, rel string) (int, error) {
 	rfd, err := eintr(func() (int, error) {
-		return unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		return rawOpenat(unix.AT_FDCWD, root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	})
 	if err != nil {
 		return -1, &fs.PathError{Op: "open", Path: root, Err: err}
@@ -33,16 +33,16 @@ func (o OSOps) openDir(root, rel string) (int, error) {
 			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
 			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS,
 		}
-		fd, err := eintr(func() (int, error) { return unix.Openat2(rfd, rel, how) })
+		fd, err := eintr(func() (int, error) { return rawOpenat2(rfd, rel, how) })
 		switch err {
 		case nil:
-			unix.Close(rfd)
+			rawClose(rfd)
 			return fd, nil
 		case unix.ENOSYS, unix.EPERM, unix.ELOOP, unix.EXDEV, unix.ENOTDIR:
 			// No openat2, or a symlink (or no directory) on the way:
 			// the walk works without it and names what it finds.
 		default:
-			unix.Close(rfd)
+			rawClose(rfd)
 			return -1, &fs.PathError{Op: "open", Path: filepath.Join(root, rel), Err: err}
 		}
 	}
@@ -59,28 +59,28 @@ func walk(fd int, root, rel string) (int, error) {
 		}
 		cur = filepath.Join(cur, c)
 		if c == ".." {
-			unix.Close(fd)
+			rawClose(fd)
 			return -1, fmt.Errorf("configfs: %s: outside the configfs root %s; not written", cur, root)
 		}
 		next, err := eintr(func() (int, error) {
-			return unix.Openat(fd, c, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			return rawOpenat(fd, c, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		})
-		unix.Close(fd)
+		rawClose(fd)
 		if err != nil {
 			return -1, &fs.PathError{Op: "open", Path: cur, Err: err}
 		}
 		var st unix.Stat_t
-		if err := unix.Fstat(next, &st); err != nil {
-			unix.Close(next)
+		if err := rawFstat(next, &st); err != nil {
+			rawClose(next)
 			return -1, &fs.PathError{Op: "stat", Path: cur, Err: err}
 		}
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFDIR:
 		case unix.S_IFLNK:
-			unix.Close(next)
+			rawClose(next)
 			return -1, &symlinkError{path: cur, has: "a directory", root: root}
 		default:
-			unix.Close(next)
+			rawClose(next)
 			return -1, &fs.PathError{Op: "open", Path: cur, Err: unix.ENOTDIR}
 		}
 		fd = next
@@ -107,8 +107,8 @@ func (o OSOps) symlink(target, link string) error {
 	if err != nil {
 		return err
 	}
-	defer unix.Close(dfd)
-	if _, err := eintr(func() (int, error) { return 0, unix.Symlinkat(target, dfd, name) }); err != nil {
+	defer rawClose(dfd)
+	if _, err := eintr(func() (int, error) { return 0, rawSymlinkat(target, dfd, name) }); err != nil {
 		return &os.LinkError{Op: "symlink", Old: target, New: link, Err: err}
 	}
 	return nil
@@ -119,7 +119,7 @@ func (o OSOps) mkdir(path string) error {
 	if err != nil {
 		return err
 	}
-	defer unix.Close(dfd)
+	defer rawClose(dfd)
 	if _, err := eintr(func() (int, error) { return 0, unix.Mkdirat(dfd, name, 0o755) }); err != nil {
 		return &fs.PathError{Op: "mkdir", Path: path, Err: err}
 	}
@@ -131,7 +131,7 @@ func (o OSOps) remove(path string) error {
 	if err != nil {
 		return err
 	}
-	defer unix.Close(dfd)
+	defer rawClose(dfd)
 	return removeLink(dfd, name, path)
 }
 
@@ -144,7 +144,7 @@ func (o OSOps) removeLinks(dir string, names []string, done func(int, error) boo
 	if err != nil {
 		return err
 	}
-	defer unix.Close(dfd)
+	defer rawClose(dfd)
 	for i, name := range names {
 		if !done(i, removeLink(dfd, name, filepath.Join(dir, name))) {
 			break
@@ -157,7 +157,7 @@ func (o OSOps) removeLinks(dir string, names []string, done func(int, error) boo
 // must be a symlink.
 func removeLink(dfd int, name, path string) error {
 	var st unix.Stat_t
-	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := rawFstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return &fs.PathError{Op: "remove", Path: path, Err: err}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFLNK {
@@ -165,7 +165,7 @@ func removeLink(dfd int, name, path string) error {
 	}
 	// unlinkat without AT_REMOVEDIR never removes a directory nor
 	// follows a symlink.
-	if _, err := eintr(func() (int, error) { return 0, unix.Unlinkat(dfd, name, 0) }); err != nil {
+	if _, err := eintr(func() (int, error) { return 0, rawUnlinkat(dfd, name, 0) }); err != nil {
 		return &fs.PathError{Op: "remove", Path: path, Err: err}
 	}
 	return nil
@@ -190,9 +190,9 @@ func (o OSOps) swapAttr(path, from, to string) (string, error) {
 	buf := make([]byte, maxAttr+1)
 	n := 0
 	for n < len(buf) {
-		m, err := eintr(func() (int, error) { return unix.Read(fd, buf[n:]) })
+		m, err := eintr(func() (int, error) { return rawRead(fd, buf[n:]) })
 		if err != nil {
-			unix.Close(fd)
+			rawClose(fd)
 			return "", &fs.PathError{Op: "read", Path: path, Err: err}
 		}
 		if m == 0 {
@@ -202,22 +202,28 @@ func (o OSOps) swapAttr(path, from, to string) (string, error) {
 	}
 	got, err := trimAttr(path, buf[:n])
 	if err != nil || got != from {
-		unix.Close(fd)
+		rawClose(fd)
 		return got, err
 	}
 	// At offset 0: configfs ignores the offset; a regular file (the
 	// tests' trees) is overwritten in place, from and to being of one
 	// length.
 	b := []byte(to + "\n")
-	m, err := eintr(func() (int, error) { return unix.Pwrite(fd, b, 0) })
+	pwrite := rawPwrite
+	if to == "1" {
+		// iser=1: the kernel spawns modprobe and waits for it
+		// (rawsys_linux.go).
+		pwrite = unix.Pwrite
+	}
+	m, err := eintr(func() (int, error) { return pwrite(fd, b, 0) })
 	if err == nil && m != len(b) {
 		err = fmt.Errorf("short write: %d of %d bytes", m, len(b))
 	}
 	if err != nil {
-		unix.Close(fd)
+		rawClose(fd)
 		return got, &fs.PathError{Op: "write", Path: path, Err: err}
 	}
-	if err := unix.Close(fd); err != nil {
+	if err := rawClose(fd); err != nil {
 		return got, &fs.PathError{Op: "close", Path: path, Err: err}
 	}
 	return got, nil
@@ -232,16 +238,16 @@ func (o OSOps) openAttr(path string, flags int) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	defer unix.Close(dfd)
+	defer rawClose(dfd)
 	var st unix.Stat_t
-	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := rawFstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return -1, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	if err := isAttr(path, root, st.Mode); err != nil {
 		return -1, err
 	}
 	fd, err := eintr(func() (int, error) {
-		return unix.Openat(dfd, name, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		return rawOpenat(dfd, name, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	})
 	if err == unix.ELOOP {
 		return -1, &symlinkError{path: path, has: "an attribute", root: root}
@@ -249,12 +255,12 @@ func (o OSOps) openAttr(path string, flags int) (int, error) {
 	if err != nil {
 		return -1, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
+	if err := rawFstat(fd, &st); err != nil {
+		rawClose(fd)
 		return -1, &fs.PathError{Op: "stat", Path: path, Err: err}
 	}
 	if err := isAttr(path, root, st.Mode); err != nil {
-		unix.Close(fd)
+		rawClose(fd)
 		return -1, err
 	}
 	return fd, nil
@@ -269,10 +275,10 @@ func writeClose(fd int, path, value string) error {
 		err = fmt.Errorf("short write: %d of %d bytes", n, len(b))
 	}
 	if err != nil {
-		unix.Close(fd)
+		rawClose(fd)
 		return &fs.PathError{Op: "write", Path: path, Err: err}
 	}
-	if err := unix.Close(fd); err != nil {
+	if err := rawClose(fd); err != nil {
 		return &fs.PathError{Op: "close", Path: path, Err: err}
 	}
 	return nil
