@@ -464,6 +464,36 @@ func (f *FS) Relink(portID string, l Link) error {
 	return nil
 }
 
+// RelinkAll creates the links of port portID, in order, through one open
+// of its subsystems directory (each as Relink: the first enables the
+// port, and a refused bind leaves no link); done is told each result and
+// stops the rest by returning false. The error is about the port itself
+// (a bad id or name, its directory not opened): nothing was created.
+func (f *FS) RelinkAll(portID string, links []Link, done func(i int, err error) bool) error {
+	if err := checkName(portID); err != nil {
+		return fmt.Errorf("nvmet port %s: relink: %w", portID, err)
+	}
+	names, targets := make([]string, len(links)), make([]string, len(links))
+	for i, l := range links {
+		for _, n := range []string{l.Name, l.NQN} {
+			if err := checkName(n); err != nil {
+				return fmt.Errorf("nvmet port %s: relink: %w", portID, err)
+			}
+		}
+		names[i], targets[i] = l.Name, f.nvmet("subsystems", l.NQN)
+	}
+	err := f.ops.SymlinkAll(f.nvmet("ports", portID, "subsystems"), targets, names, func(i int, err error) bool {
+		if err != nil {
+			err = fmt.Errorf("nvmet port %s: relink %q: %w", portID, names[i], err)
+		}
+		return done(i, err)
+	})
+	if err != nil {
+		return fmt.Errorf("nvmet port %s: relink: %w", portID, err)
+	}
+	return nil
+}
+
 // SetISER writes np/<np>/iser. 1 adds the iSER listener (refused with the
 // bind error when the address has no RDMA device); 0 removes it.
 func (f *FS) SetISER(portalID string, on bool) error {

@@ -142,6 +142,14 @@ func TestSymlinkedSubsystemsRefused(t *testing.T) {
 			if _, err := os.Lstat(filepath.Join(out, "subsystems", "nqn.b")); !os.IsNotExist(err) {
 				t.Errorf("a link was made outside the root: %v", err)
 			}
+			if errs, err := relinkAll(f, "1", "nqn.b"); len(errs) != 0 || err == nil {
+				t.Errorf("RelinkAll through a symlinked subsystems: %v, %v; want the port's error and no link", errs, err)
+			} else {
+				wantRefused(t, err, "configfs: "+sub+notFollowed)
+			}
+			if _, err := os.Lstat(filepath.Join(out, "subsystems", "nqn.b")); !os.IsNotExist(err) {
+				t.Errorf("a link was made outside the root by RelinkAll: %v", err)
+			}
 			// The port next to it is written as usual.
 			if err := f.Relink("2", configfs.Link{Name: "nqn.b", NQN: "nqn.b"}); err != nil {
 				t.Errorf("healthy port 2: %v", err)
@@ -207,6 +215,74 @@ func unlinkAll(f *configfs.FS, id string, names ...string) ([]error, error) {
 		return true
 	})
 	return errs, err
+}
+
+// relinkAll runs f.RelinkAll on names (links named as their subsystem),
+// collecting each link's result.
+func relinkAll(f *configfs.FS, id string, names ...string) ([]error, error) {
+	var links []configfs.Link
+	for _, n := range names {
+		links = append(links, configfs.Link{Name: n, NQN: n})
+	}
+	var errs []error
+	err := f.RelinkAll(id, links, func(_ int, err error) bool {
+		errs = append(errs, err)
+		return true
+	})
+	return errs, err
+}
+
+// RelinkAll makes a port's links through one open of its directory, in
+// order, each pointing at its subsystem: one already there is EEXIST and
+// the rest go on, done's false stops the rest, a bad name or a missing
+// port is the call's error and nothing is made.
+func TestRelinkAll(t *testing.T) {
+	for _, r := range resolvers {
+		t.Run(r.name, func(t *testing.T) {
+			root := osTree(t, []string{"1"}, []string{"nqn.a", "nqn.b", "nqn.c"})
+			f := configfs.NewWithOps(root, r.ops(root))
+			sub := filepath.Join(root, "nvmet/ports/1/subsystems")
+			if err := f.Relink("1", configfs.Link{Name: "nqn.b", NQN: "nqn.b"}); err != nil {
+				t.Fatal(err)
+			}
+			errs, err := relinkAll(f, "1", "nqn.a", "nqn.b", "nqn.c")
+			if err != nil || len(errs) != 3 || errs[0] != nil || errs[2] != nil || !errors.Is(errs[1], fs.ErrExist) {
+				t.Fatalf("RelinkAll: %v, %v; want nqn.b EEXIST, the others made", errs, err)
+			}
+			for _, n := range []string{"nqn.a", "nqn.b", "nqn.c"} {
+				if got, err := os.Readlink(filepath.Join(sub, n)); err != nil || got != filepath.Join(root, "nvmet/subsystems", n) {
+					t.Errorf("%s: %q, %v", n, got, err)
+				}
+			}
+			links, err := f.Links("1")
+			if err != nil || len(links) != 3 {
+				t.Errorf("Links after RelinkAll: %v, %v", links, err)
+			}
+			for _, n := range []string{"nqn.a", "nqn.c"} {
+				if err := os.Remove(filepath.Join(sub, n)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			n := 0
+			err = f.RelinkAll("1", []configfs.Link{{Name: "nqn.a", NQN: "nqn.a"}, {Name: "nqn.c", NQN: "nqn.c"}}, func(int, error) bool { n++; return false })
+			if err != nil || n != 1 {
+				t.Fatalf("stopped RelinkAll: %v, %d calls", err, n)
+			}
+			if _, err := os.Lstat(filepath.Join(sub, "nqn.c")); !os.IsNotExist(err) {
+				t.Errorf("linked after done said stop: %v", err)
+			}
+			for _, bad := range [][2]string{{"../x", "nqn.a"}, {"nqn.x", "../x"}} {
+				n = 0
+				err := f.RelinkAll("1", []configfs.Link{{Name: "nqn.c", NQN: "nqn.c"}, {Name: bad[0], NQN: bad[1]}}, func(int, error) bool { n++; return true })
+				if err == nil || n != 0 {
+					t.Errorf("a link %q -> %q: %v, %d made; want the call refused, nothing made", bad[0], bad[1], err, n)
+				}
+			}
+			if _, err := relinkAll(f, "9", "nqn.a"); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("a missing port: %v, want ENOENT", err)
+			}
+		})
+	}
 }
 
 // UnlinkAll removes a port's links through one open of its directory:

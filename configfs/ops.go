@@ -37,6 +37,11 @@ type Ops interface {
 	// result and stops the rest by returning false. The error is dir's
 	// own (not opened: nothing removed, done never called).
 	RemoveLinks(dir string, names []string, done func(i int, err error) bool) error
+	// SymlinkAll creates the symlinks names[i] → targets[i] in dir, in
+	// order, each as Symlink would, through one open of dir; done is told
+	// each result and stops the rest by returning false. The error is
+	// dir's own (not opened: nothing created, done never called).
+	SymlinkAll(dir string, targets, names []string, done func(i int, err error) bool) error
 	// WriteAttr writes an attribute in place, once (echo value > path).
 	WriteAttr(path, value string) error
 	// Mkdir creates a configfs object (mkdir path): the kernel makes its
@@ -197,6 +202,12 @@ func (o OSOps) Remove(path string) error { return o.remove(path) }
 // a symlink, once; each name must be a symlink in it.
 func (o OSOps) RemoveLinks(dir string, names []string, done func(int, error) bool) error {
 	return o.removeLinks(dir, names, done)
+}
+
+// SymlinkAll implements Ops: dir is reached beneath Root without following
+// a symlink, once.
+func (o OSOps) SymlinkAll(dir string, targets, names []string, done func(int, error) bool) error {
+	return o.symlinks(dir, targets, names, done)
 }
 
 // Mkdir implements Ops: it creates the object path (mkdir), beneath Root,

@@ -114,6 +114,28 @@ func (o OSOps) symlink(target, link string) error {
 	return nil
 }
 
+func (o OSOps) symlinks(dir string, targets, names []string, done func(int, error) bool) error {
+	root, rel, err := o.beneath(filepath.Join(dir, "x"))
+	if err != nil {
+		return err
+	}
+	dfd, err := o.openDir(root, filepath.Dir(rel))
+	if err != nil {
+		return err
+	}
+	defer rawClose(dfd)
+	for i, name := range names {
+		_, err := eintr(func() (int, error) { return 0, rawSymlinkat(targets[i], dfd, name) })
+		if err != nil {
+			err = &os.LinkError{Op: "symlink", Old: targets[i], New: filepath.Join(dir, name), Err: err}
+		}
+		if !done(i, err) {
+			break
+		}
+	}
+	return nil
+}
+
 func (o OSOps) mkdir(path string) error {
 	dfd, name, _, err := o.parent(path)
 	if err != nil {

@@ -85,6 +85,18 @@ func (o OSOps) removeLinks(dir string, names []string, done func(int, error) boo
 	return nil
 }
 
+func (o OSOps) symlinks(dir string, targets, names []string, done func(int, error) bool) error {
+	if _, _, err := o.check(filepath.Join(dir, "x")); err != nil {
+		return err
+	}
+	for i, name := range names {
+		if !done(i, o.symlink(targets[i], filepath.Join(dir, name))) {
+			break
+		}
+	}
+	return nil
+}
+
 func (o OSOps) writeAttr(path, value string) error {
 	f, err := o.openAttr(path, os.O_WRONLY|os.O_TRUNC)
 	if err != nil {

@@ -294,26 +294,58 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 				return nil, err
 			}
 		case OpLink:
+			// A run of the port's links is one call (one open of its
+			// directory), as its unlinks are; each is counted, judged
+			// and fault-pointed as it is made.
+			if i > 0 && h.Steps[i-1].Op == OpLink && h.Steps[i-1].Key == s.Key {
+				continue // made with the run's first
+			}
+			var run []configfs.Link
+			for _, r := range h.Steps[i:] {
+				if r.Op != OpLink || r.Key != s.Key {
+					break
+				}
+				run = append(run, r.Link)
+			}
+			var stop error
 			t := time.Now()
-			err := e.write(func() error { return e.opt.Tree.Relink(s.Key.ID, s.Link) })
-			tm.wrote(true, time.Since(t))
+			err := e.opt.Tree.RelinkAll(s.Key.ID, run, func(j int, err error) bool {
+				took := time.Since(t)
+				e.stats.WriteTime += took
+				e.stats.Writes++
+				tm.wrote(true, took)
+				defer func() { t = time.Now() }()
+				switch {
+				case err == nil, errors.Is(err, fs.ErrExist):
+				case errors.Is(err, fs.ErrNotExist):
+					e.log.Info("port or subsystem gone, not relinked", "listener", s.Key.String(), "nqn", run[j].NQN)
+					return true
+				case refused(err):
+					stop = err // the port cannot bind (its first link): the journal keeps the links
+					return false
+				default:
+					// One link the kernel will not take: every other link
+					// is still made, and the journal, kept, retries this one.
+					failed = append(failed, err)
+					return true
+				}
+				if e.fault(fmt.Sprintf("after-relink-%d", nLink)) {
+					stop = ErrCrashed
+					return false
+				}
+				nLink++
+				return true
+			})
 			switch {
-			case err == nil, errors.Is(err, fs.ErrExist):
 			case errors.Is(err, fs.ErrNotExist):
-				e.log.Info("port or subsystem gone, not relinked", "listener", s.Key.String(), "nqn", s.Link.NQN)
+				e.log.Info("port gone, not relinked", "listener", s.Key.String())
 				continue
-			case refused(err):
-				return nil, err // the port cannot bind (its first link): the journal keeps the links
-			default:
-				// One link the kernel will not take: every other link
-				// is still made, and the journal, kept, retries this one.
-				failed = append(failed, err)
-				continue
+			case err == nil:
+				err = stop
 			}
-			if e.fault(fmt.Sprintf("after-relink-%d", nLink)) {
-				return nil, ErrCrashed
+			if err != nil {
+				return nil, err
 			}
-			nLink++
 		case OpSetISER:
 			if s.On && nOn > 0 {
 				// After the first iser=1 (the listener is made), the
@@ -479,16 +511,6 @@ func (e *Engine) logHeal(h Heal, start, began time.Time, tm healTimes, batches, 
 		"began", began.Sub(start), "first_write", since(tm.first), "first_bind", since(tm.firstOn), "ended", time.Since(start),
 		"journal_batches", batches, "journal_writes", journal,
 		"writes_to_bind", tm.nWrites, "in_writes", tm.writes, "bind_write", tm.bind)
-}
-
-// write makes one configfs write, counting it and the time spent in it
-// (the kernel's: each write binds or unbinds a listener).
-func (e *Engine) write(w func() error) error {
-	t := time.Now()
-	err := w()
-	e.stats.WriteTime += time.Since(t)
-	e.stats.Writes++
-	return err
 }
 
 func (e *Engine) fault(point string) bool {

@@ -52,7 +52,8 @@
 //     (Observed.unchanged), and reads it again otherwise; after the first iser=1, a
 //     shared portal's other sharers are written side by side
 //     (attachISERs, Options.ISERWriters); a port's unlinks are one call
-//     (Tree.UnlinkAll), each still counted and checked as it goes.
+//     (Tree.UnlinkAll), and so are its links (Tree.RelinkAll), each still
+//     counted, judged and fault-pointed as it goes.
 //   - verify (verify.go): pure, over the verdicts of an observation made
 //     after the writes, and what the plan of that observation expects
 //     there (expected); the endpoints it changed are selected and planned

@@ -49,7 +49,9 @@ type Tree interface {
 	// UnlinkAll removes links of a port in order, telling done each
 	// result (false stops); its error is the port's (nothing removed).
 	UnlinkAll(portID string, links []configfs.Link, done func(i int, err error) bool) error
-	Relink(portID string, l configfs.Link) error
+	// RelinkAll creates links of a port in order, telling done each
+	// result (false stops); its error is the port's (nothing created).
+	RelinkAll(portID string, links []configfs.Link, done func(i int, err error) bool) error
 	// SwapISER writes iser=on where it reads the other value (on one
 	// open file) and returns what it read.
 	SwapISER(portalID string, on bool) (was bool, err error)

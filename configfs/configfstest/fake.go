@@ -211,6 +211,9 @@ func (a adminOps) SwapAttr(p, from, to string) (string, error) { return a.swap(p
 func (a adminOps) RemoveLinks(dir string, names []string, done func(int, error) bool) error {
 	return a.removeLinks(dir, names, done, false)
 }
+func (a adminOps) SymlinkAll(dir string, targets, names []string, done func(int, error) bool) error {
+	return a.symlinks(dir, targets, names, done, false)
+}
 
 // RemovePort removes a port as an admin must: unlink every subsystem, rmdir.
 func (k *Fake) RemovePort(id string) error {
@@ -340,6 +343,23 @@ func (k *Fake) removeLinks(dir string, names []string, done func(int, error) boo
 	}
 	for i, n := range names {
 		if !done(i, k.do(Write{Op: "remove", Path: filepath.Join(dir, n)}, logged)) {
+			break
+		}
+	}
+	return nil
+}
+
+// SymlinkAll implements configfs.Ops: each link logged as Symlink's.
+func (k *Fake) SymlinkAll(dir string, targets, names []string, done func(int, error) bool) error {
+	return k.symlinks(dir, targets, names, done, true)
+}
+
+func (k *Fake) symlinks(dir string, targets, names []string, done func(int, error) bool, logged bool) error {
+	if st, err := os.Lstat(dir); err != nil || !st.IsDir() {
+		return &fs.PathError{Op: "open", Path: dir, Err: fs.ErrNotExist}
+	}
+	for i, n := range names {
+		if !done(i, k.do(Write{Op: "symlink", Path: filepath.Join(dir, n), Value: targets[i]}, logged)) {
 			break
 		}
 	}

@@ -270,6 +270,13 @@ func (c cacheOps) RemoveLinks(dir string, names []string, done func(int, error) 
 	})
 }
 
+func (c cacheOps) SymlinkAll(dir string, targets, names []string, done func(int, error) bool) error {
+	return c.m.ops.SymlinkAll(dir, targets, names, func(i int, err error) bool {
+		c.m.touchEntry(filepath.Join(filepath.Clean(dir), names[i]))
+		return done(i, err)
+	})
+}
+
 func (c cacheOps) WriteAttr(path, value string) error {
 	err := c.m.ops.WriteAttr(path, value)
 	c.m.touchAttr(filepath.Clean(path))

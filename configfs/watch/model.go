@@ -531,13 +531,15 @@ func (m *Model) UnlinkAll(portID string, links []configfs.Link, done func(int, e
 	})
 }
 
-// Relink is configfs.FS.Relink; the model marks the port's links changed.
-func (m *Model) Relink(portID string, l configfs.Link) error {
+// RelinkAll is configfs.FS.RelinkAll; the model marks the port's links
+// changed, each as it goes.
+func (m *Model) RelinkAll(portID string, links []configfs.Link, done func(int, error) bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	err := m.fs.Relink(portID, l)
-	m.touchEntry(filepath.Join(m.root, "nvmet", "ports", portID, "subsystems", l.Name))
-	return err
+	return m.fs.RelinkAll(portID, links, func(i int, err error) bool {
+		m.touchEntry(filepath.Join(m.root, "nvmet", "ports", portID, "subsystems", links[i].Name))
+		return done(i, err)
+	})
 }
 
 // SwapISER is configfs.FS.SwapISER; the model marks the portal changed.

@@ -260,7 +260,13 @@ func TestOwnWritesMarkDirty(t *testing.T) {
 	w.m.noIdentCheck = true
 	w.m.mu.Unlock()
 	const a = "nqn.2014-08.org.example:a"
-	if err := w.m.Relink("1", configfs.Link{Name: a, NQN: a}); err != nil {
+	err := w.m.RelinkAll("1", []configfs.Link{{Name: a, NQN: a}}, func(_ int, err error) bool {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return true
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	w.same("relink")
@@ -641,7 +647,7 @@ func TestGenerationMovesAtEveryChange(t *testing.T) {
 	if got := gen(); got != tok {
 		t.Fatalf("nothing changed: Generation %d, then %d", tok, got)
 	}
-	moved("model relink", func() error { return w.m.Relink("1", configfs.Link{Name: a, NQN: a}) })
+	moved("model relink", func() error { return relink(w.m, "1", configfs.Link{Name: a, NQN: a}) })
 	moved("model unlink", func() error { return w.m.Unlink("1", configfs.Link{Name: a, NQN: a}) })
 	moved("model iser", func() error { return w.m.SetISER(portal, true) })
 	moved("admin link", func() error { return w.link("2", a) })
@@ -655,4 +661,14 @@ func TestGenerationMovesAtEveryChange(t *testing.T) {
 	for i := range 100 { // a heal writes as often, reading between writes
 		moved("model iser again", func() error { return w.m.SetISER("iqn.2003-01.org.example:t2/tpgt_2/192.0.2.2:3260", i%2 == 0) })
 	}
+}
+
+// relink is one link made by the model's RelinkAll: its error, or the
+// link's.
+func relink(m *Model, id string, l configfs.Link) error {
+	var lerr error
+	if err := m.RelinkAll(id, []configfs.Link{l}, func(_ int, err error) bool { lerr = err; return true }); err != nil {
+		return err
+	}
+	return lerr
 }

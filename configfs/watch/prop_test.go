@@ -130,7 +130,7 @@ func (s *script) step() {
 		switch s.next(3) {
 		case 0:
 			what = "model relink " + id + " " + nqn
-			w.m.Relink(id, configfs.Link{Name: nqn, NQN: nqn})
+			relink(w.m, id, configfs.Link{Name: nqn, NQN: nqn})
 		case 1:
 			what = "model unlink " + id + " " + nqn
 			w.m.Unlink(id, configfs.Link{Name: nqn, NQN: nqn})
