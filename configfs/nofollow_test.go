@@ -198,6 +198,18 @@ func TestRemoveOnlyLinks(t *testing.T) {
 					t.Errorf("%s removed: %v", n, err)
 				}
 			}
+			// The same through one open of the directory (a heal's
+			// unlinks): off configfs, each entry is looked at first.
+			errs, err := unlinkAll(f, "1", "dir", "file")
+			if err != nil || len(errs) != 2 {
+				t.Fatalf("UnlinkAll: %v, %d results", err, len(errs))
+			}
+			for i, n := range []string{"dir", "file"} {
+				wantRefused(t, errs[i], filepath.Join(sub, n)+": ", "not a symlink; not removed")
+				if _, err := os.Lstat(filepath.Join(sub, n)); err != nil {
+					t.Errorf("%s removed by UnlinkAll: %v", n, err)
+				}
+			}
 		})
 	}
 }

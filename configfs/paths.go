@@ -23,3 +23,7 @@ func ISERPath(root, portalID string) string {
 	}
 	return NewWithOps(root, nil).iscsi(iqn, tpg, "np", np, "iser")
 }
+
+// Magic is CONFIGFS_MAGIC (include/uapi/linux/magic.h), configfs's
+// f_type in statfs.
+const Magic = 0x62656570

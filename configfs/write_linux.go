@@ -10,6 +10,7 @@ package configfs
 // how a symlink found by openat2 (ELOOP) is named in the error.
 
 import (
+	"errors"
 	"fmt"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/bounded"
 	"io/fs"
@@ -154,7 +155,7 @@ func (o OSOps) remove(path string) error {
 		return err
 	}
 	defer rawClose(dfd)
-	return removeLink(dfd, name, path)
+	return removeLink(dfd, name, path, false)
 }
 
 func (o OSOps) removeLinks(dir string, names []string, done func(int, error) bool) error {
@@ -167,17 +168,45 @@ func (o OSOps) removeLinks(dir string, names []string, done func(int, error) boo
 		return err
 	}
 	defer rawClose(dfd)
+	kernel := onConfigfs(dfd)
 	for i, name := range names {
-		if !done(i, removeLink(dfd, name, filepath.Join(dir, name))) {
+		if !done(i, removeLink(dfd, name, filepath.Join(dir, name), kernel)) {
 			break
 		}
 	}
 	return nil
 }
 
+// onConfigfs tells whether the directory fd is on configfs.
+func onConfigfs(fd int) bool {
+	var st unix.Statfs_t
+	return unix.Fstatfs(fd, &st) == nil && uint64(st.Type) == Magic
+}
+
 // removeLink removes name of the directory dfd (path, for errors), which
-// must be a symlink.
-func removeLink(dfd int, name, path string) error {
+// must be a symlink. On configfs (kernel) the kernel itself refuses to
+// unlink anything else (configfs_unlink: EPERM; a directory: EISDIR), so
+// the unlink comes first and only a refusal is looked at; elsewhere (a
+// copy of the tree, tests) the entry is looked at first.
+func removeLink(dfd int, name, path string, kernel bool) error {
+	unlink := func() error {
+		// unlinkat without AT_REMOVEDIR never removes a directory nor
+		// follows a symlink.
+		if _, err := eintr(func() (int, error) { return 0, rawUnlinkat(dfd, name, 0) }); err != nil {
+			return &fs.PathError{Op: "remove", Path: path, Err: err}
+		}
+		return nil
+	}
+	if kernel {
+		err := unlink()
+		if err == nil || !(errors.Is(err, unix.EPERM) || errors.Is(err, unix.EISDIR)) {
+			return err
+		}
+		if what := notLink(dfd, name); what != "" {
+			return notLinkError(path, what)
+		}
+		return err
+	}
 	var st unix.Stat_t
 	if err := rawFstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return &fs.PathError{Op: "remove", Path: path, Err: err}
@@ -185,12 +214,17 @@ func removeLink(dfd int, name, path string) error {
 	if st.Mode&unix.S_IFMT != unix.S_IFLNK {
 		return notLinkError(path, bounded.Kind(st.Mode))
 	}
-	// unlinkat without AT_REMOVEDIR never removes a directory nor
-	// follows a symlink.
-	if _, err := eintr(func() (int, error) { return 0, rawUnlinkat(dfd, name, 0) }); err != nil {
-		return &fs.PathError{Op: "remove", Path: path, Err: err}
+	return unlink()
+}
+
+// notLink names what name of dfd is when it is not a symlink ("" when it
+// is one, or cannot be looked at).
+func notLink(dfd int, name string) string {
+	var st unix.Stat_t
+	if rawFstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return ""
 	}
-	return nil
+	return bounded.Kind(st.Mode)
 }
 
 func (o OSOps) writeAttr(path, value string) error {

@@ -1,9 +1,9 @@
 package rebind
 
-import "golang.org/x/sys/unix"
-
-// configfsMagic is CONFIGFS_MAGIC (include/uapi/linux/magic.h).
-const configfsMagic = 0x62656570
+import (
+	"github.com/nvmet-rebind/nvmet-rebind/configfs"
+	"golang.org/x/sys/unix"
+)
 
 // isConfigfsMount reports whether root is a configfs mount.
 func isConfigfsMount(root string) bool {
@@ -11,5 +11,5 @@ func isConfigfsMount(root string) bool {
 	if err := unix.Statfs(root, &st); err != nil {
 		return false
 	}
-	return uint64(st.Type) == configfsMagic
+	return uint64(st.Type) == configfs.Magic
 }
