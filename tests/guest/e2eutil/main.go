@@ -14,6 +14,10 @@
 //	                                          poll until present (or absent), as a real-time
 //	                                          task (SCHED_FIFO), by RDMA netlink (nldev.go);
 //	                                          print ms since US once rdma agrees (else exit 3)
+//	e2eutil wait-count -n N [-since US] [-timeout 60s] [-interval 20ms]
+//	                                          poll as wait-listen until N bound LISTEN cm_ids
+//	                                          exist; print ms since US to the first and to
+//	                                          all N once rdma counts N too (else exit 3)
 //	e2eutil status < json                     one line per listener: key=value …
 //	e2eutil stats V...                        n=… median=… max=… min=…
 //	e2eutil nvmetcli-restore FILE [CONFIGFS]  nvmetcli's restore and its stopping rule (restore.go)
@@ -54,6 +58,8 @@ func main() {
 		fmt.Printf("%.1f\n", float64(time.Now().UnixMicro()-us)/1000)
 	case "listening", "wait-listen":
 		os.Exit(listen(os.Args[1], os.Args[2:]))
+	case "wait-count":
+		os.Exit(waitCount(os.Args[2:]))
 	case "status":
 		os.Exit(status(os.Stdin, os.Stdout))
 	case "stats":
@@ -66,7 +72,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: e2eutil now|since US|listening|wait-listen|status|stats (see source)")
+	fmt.Fprintln(os.Stderr, "usage: e2eutil now|since US|listening|wait-listen|wait-count|status|stats (see source)")
 	os.Exit(2)
 }
 
@@ -151,6 +157,62 @@ func listen(cmd string, args []string) int {
 		}
 		time.Sleep(*interval)
 	}
+}
+
+// waitCount is wait-count: the first LISTEN and the last of many (a
+// layout of many ports), by the same poll as wait-listen.
+func waitCount(args []string) int {
+	fs := flag.NewFlagSet("wait-count", flag.ExitOnError)
+	n := fs.Int("n", 0, "bound LISTEN cm_ids to wait for")
+	since := fs.Int64("since", 0, "start time in µs (e2eutil now); default: now")
+	timeout := fs.Duration("timeout", 60*time.Second, "give up after")
+	interval := fs.Duration("interval", 20*time.Millisecond, "poll interval")
+	fs.Parse(args)
+	if *n <= 0 {
+		fatal(fmt.Errorf("wait-count: -n must be positive"))
+	}
+	start := time.Now()
+	if *since == 0 {
+		*since = start.UnixMicro()
+	}
+	ms := func() float64 { return float64(time.Now().UnixMicro()-*since) / 1000 }
+	realtime()
+	first, c := -1.0, 0
+	for {
+		ids, err := readCMIDs()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2eutil:", err)
+		} else if c = bound(ids); c > 0 && first < 0 {
+			first = ms()
+		}
+		if err == nil && c >= *n {
+			all := ms()
+			// rdma judges what the poll saw, after the moment is taken.
+			if judged, err := rdmaCMIDs(); err != nil || bound(judged) < *n {
+				fmt.Fprintf(os.Stderr, "e2eutil: the poll counted %d LISTEN and rdma %d (%v)\n", c, bound(judged), err)
+				return 3
+			}
+			fmt.Printf("%.1f %.1f\n", first, all)
+			return 0
+		}
+		if time.Since(start) > *timeout {
+			fmt.Printf("timeout %d\n", c)
+			return 1
+		}
+		time.Sleep(*interval)
+	}
+}
+
+// bound counts the LISTEN cm_ids bound to a device port (not wildcard
+// children).
+func bound(ids []cmID) int {
+	c := 0
+	for _, id := range ids {
+		if id.State == "LISTEN" && id.Port != nil {
+			c++
+		}
+	}
+	return c
 }
 
 // realtime makes the wait a real-time task (SCHED_FIFO 50): every thread of

@@ -30,3 +30,18 @@ func TestTCPListening(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// wait-count counts bound listeners only: a wildcard's per-device children
+// carry no port index and other states are connections.
+func TestBound(t *testing.T) {
+	one := 1
+	ids := []cmID{
+		{State: "LISTEN", Port: &one},
+		{State: "LISTEN"},
+		{State: "CONNECT", Port: &one},
+		{State: "LISTEN", Port: &one},
+	}
+	if got := bound(ids); got != 2 {
+		t.Errorf("bound = %d, want 2", got)
+	}
+}

@@ -38,19 +38,11 @@ TOTAL=$((NP + NL))
 nlisten() { rdma resource show cm_id 2>/dev/null | grep -c 'state LISTEN'; }
 [ "$(nlisten)" = $TOTAL ] || fail "setup: $(nlisten) LISTEN, want $TOTAL"
 
-# wait_all T0: wait until TOTAL listeners are back; prints "first all" ms.
+# wait_all T0: wait until TOTAL listeners are back; prints "first all" ms,
+# by the cm_id poll of wait_listen (RDMA netlink, rdma confirms).
 wait_all() {
-	_first=
-	_i=0
-	while :; do
-		_n=$(nlisten)
-		[ -z "$_first" ] && [ "$_n" -gt 0 ] && _first=$(e2eutil since "$1")
-		[ "$_n" = $TOTAL ] && break
-		_i=$((_i + 1))
-		[ $_i -lt 1200 ] || fail "$2: $_n of $TOTAL listening 60+ s after rdma link add"
-		sleep 0.05
-	done
-	echo "$_first $(e2eutil since "$1")"
+	_r=$(e2eutil wait-count -n $TOTAL -since "$1" -timeout 60s) || fail "$2: ${_r#timeout } of $TOTAL listening 60+ s after rdma link add"
+	echo "$_r"
 }
 outage() {
 	must rdma_del rxe0
