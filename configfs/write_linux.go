@@ -115,12 +115,18 @@ func (o OSOps) symlink(target, link string) error {
 	return nil
 }
 
-func (o OSOps) symlinks(dir string, targets, names []string, done func(int, error) bool) error {
+// openLinkDir opens dir, a port's subsystems directory beneath Root, for
+// a run of link writes.
+func (o OSOps) openLinkDir(dir string) (int, error) {
 	root, rel, err := o.beneath(filepath.Join(dir, "x"))
 	if err != nil {
-		return err
+		return -1, err
 	}
-	dfd, err := o.openDir(root, filepath.Dir(rel))
+	return o.openDir(root, filepath.Dir(rel))
+}
+
+func (o OSOps) symlinks(dir string, targets, names []string, done func(int, error) bool) error {
+	dfd, err := o.openLinkDir(dir)
 	if err != nil {
 		return err
 	}
@@ -159,11 +165,7 @@ func (o OSOps) remove(path string) error {
 }
 
 func (o OSOps) removeLinks(dir string, names []string, done func(int, error) bool) error {
-	root, rel, err := o.beneath(filepath.Join(dir, "x"))
-	if err != nil {
-		return err
-	}
-	dfd, err := o.openDir(root, filepath.Dir(rel))
+	dfd, err := o.openLinkDir(dir)
 	if err != nil {
 		return err
 	}

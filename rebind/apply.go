@@ -255,15 +255,9 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 			// A run of the port's unlinks is one call (one open of its
 			// directory); each is counted, checked and fault-pointed as
 			// it is made.
-			if i > 0 && h.Steps[i-1].Op == OpUnlink && h.Steps[i-1].Key == s.Key {
+			run, first := linkRun(h.Steps, i)
+			if !first {
 				continue // made with the run's first
-			}
-			var run []configfs.Link
-			for _, r := range h.Steps[i:] {
-				if r.Op != OpUnlink || r.Key != s.Key {
-					break
-				}
-				run = append(run, r.Link)
 			}
 			var stop error
 			t := time.Now()
@@ -297,15 +291,9 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 			// A run of the port's links is one call (one open of its
 			// directory), as its unlinks are; each is counted, judged
 			// and fault-pointed as it is made.
-			if i > 0 && h.Steps[i-1].Op == OpLink && h.Steps[i-1].Key == s.Key {
+			run, first := linkRun(h.Steps, i)
+			if !first {
 				continue // made with the run's first
-			}
-			var run []configfs.Link
-			for _, r := range h.Steps[i:] {
-				if r.Op != OpLink || r.Key != s.Key {
-					break
-				}
-				run = append(run, r.Link)
 			}
 			var stop error
 			t := time.Now()
@@ -511,6 +499,24 @@ func (e *Engine) logHeal(h Heal, start, began time.Time, tm healTimes, batches, 
 		"began", began.Sub(start), "first_write", since(tm.first), "first_bind", since(tm.firstOn), "ended", time.Since(start),
 		"journal_batches", batches, "journal_writes", journal,
 		"writes_to_bind", tm.nWrites, "in_writes", tm.writes, "bind_write", tm.bind)
+}
+
+// linkRun is the run of steps, from i, of step i's op on step i's port:
+// their links, and whether i is the run's first (the others are made
+// with it).
+func linkRun(steps []Step, i int) ([]configfs.Link, bool) {
+	s := steps[i]
+	if i > 0 && steps[i-1].Op == s.Op && steps[i-1].Key == s.Key {
+		return nil, false
+	}
+	var run []configfs.Link
+	for _, r := range steps[i:] {
+		if r.Op != s.Op || r.Key != s.Key {
+			break
+		}
+		run = append(run, r.Link)
+	}
+	return run, true
 }
 
 func (e *Engine) fault(point string) bool {
