@@ -217,27 +217,22 @@ func TestRemoveOnlyLinks(t *testing.T) {
 // unlinkAll runs f.UnlinkAll on names (links named as their subsystem),
 // collecting each unlink's result.
 func unlinkAll(f *configfs.FS, id string, names ...string) ([]error, error) {
-	var links []configfs.Link
-	for _, n := range names {
-		links = append(links, configfs.Link{Name: n, NQN: n})
-	}
-	var errs []error
-	err := f.UnlinkAll(id, links, func(_ int, err error) bool {
-		errs = append(errs, err)
-		return true
-	})
-	return errs, err
+	return eachLink(f.UnlinkAll, id, names)
 }
 
 // relinkAll runs f.RelinkAll on names (links named as their subsystem),
 // collecting each link's result.
 func relinkAll(f *configfs.FS, id string, names ...string) ([]error, error) {
+	return eachLink(f.RelinkAll, id, names)
+}
+
+func eachLink(run func(string, []configfs.Link, func(int, error) bool) error, id string, names []string) ([]error, error) {
 	var links []configfs.Link
 	for _, n := range names {
 		links = append(links, configfs.Link{Name: n, NQN: n})
 	}
 	var errs []error
-	err := f.RelinkAll(id, links, func(_ int, err error) bool {
+	err := run(id, links, func(_ int, err error) bool {
 		errs = append(errs, err)
 		return true
 	})
