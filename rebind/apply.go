@@ -137,7 +137,7 @@ func (e *Engine) journalBatch(heals []Heal, first int, out map[int]putResult, as
 				r.skip[s.Key] = true
 				continue
 			}
-			in := s.Intent
+			in := *s.Intent
 			in.Started = e.opt.Now()
 			mine = append(mine, in)
 		}

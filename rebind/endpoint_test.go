@@ -104,14 +104,14 @@ func TestPlanEndpoints(t *testing.T) {
 		return rebind.Step{Op: rebind.OpSetISER, Key: key(id), On: on, Pre: rebind.Pre{Check: rebind.CheckISER, ISER: !on}}
 	}
 	put := func(id string) rebind.Step {
-		return rebind.Step{Op: rebind.OpJournalPut, Key: key(id), Intent: journal(key(id)), Pre: rebind.Pre{Check: rebind.CheckISER, ISER: true}}
+		return rebind.Step{Op: rebind.OpJournalPut, Key: key(id), Intent: new(journal(key(id))), Pre: rebind.Pre{Check: rebind.CheckISER, ISER: true}}
 	}
 	del := func(id string) rebind.Step { return rebind.Step{Op: rebind.OpJournalDelete, Key: key(id)} }
 	nkey := rebind.Key{Kind: rebind.KindNvmet, ID: "1"}
 	unlinkPre, linkPre := rebind.Pre{Check: rebind.CheckLinkPresent}, rebind.Pre{Check: rebind.CheckLinkable}
 	// The rebind of port 1 (links a, b): journal, unlink both, relink in order.
 	rebindPort1 := []rebind.Step{
-		{Op: rebind.OpJournalPut, Key: nkey, Intent: rebind.Intent{Kind: rebind.KindNvmet, ID: "1", Address: "192.0.2.1:4420", Links: []configfs.Link{lA, lB}},
+		{Op: rebind.OpJournalPut, Key: nkey, Intent: &rebind.Intent{Kind: rebind.KindNvmet, ID: "1", Address: "192.0.2.1:4420", Links: []configfs.Link{lA, lB}},
 			Pre: rebind.Pre{Check: rebind.CheckLinksAre, Links: []configfs.Link{lA, lB}}},
 		{Op: rebind.OpUnlink, Key: nkey, Link: lA, Pre: unlinkPre},
 		{Op: rebind.OpUnlink, Key: nkey, Link: lB, Pre: unlinkPre},

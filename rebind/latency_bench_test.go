@@ -161,3 +161,73 @@ func drain(c chan struct{}) {
 		}
 	}
 }
+
+// BenchmarkEventToFirstWriteLayout: the layouts real targets have, through
+// the inotify model as the daemon reads configfs: one port with 1,000
+// subsystems, and 256 targets sharing one iSER portal. Each reset is
+// removal, a round that sees the listener dead (the outage), then the
+// return: p50/p99 from the return's Poke to the first configfs write (the
+// first unlink, the first iser=0), which waits on the round's observe,
+// plan and journal entry. The heal's writes after it are not timed.
+func BenchmarkEventToFirstWriteLayout(b *testing.B) {
+	for _, layout := range []string{"subsystems=1000", "sharers=256"} {
+		b.Run(layout, func(b *testing.B) {
+			var k *fakeKernel
+			owner, id := "nvmet_rdma", "1"
+			if layout == "sharers=256" {
+				var ids []string
+				k, ids, _ = sharedWorld(b, 256)
+				owner, id = "ib_isert", ids[0]
+			} else {
+				k = newFakeKernel(b)
+				k.AddAddr("veth0", "192.0.2.1")
+				k.AddDevice("rxe0", 0x11, "veth0")
+				var nqns []string
+				for i := range 1000 {
+					nqns = append(nqns, fmt.Sprintf("nqn.2024-01.io.e2e:vol-%d", i+1))
+				}
+				k.LinkedPort("1", "192.0.2.1", "4420", nqns...)
+			}
+			m, err := watch.New(k.FS(), watch.Options{Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			clk := k.ClockWrites()
+			e, beats := runLoop(b, k, m, false)
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				k.RemoveDevice("rxe0")
+				drain(beats)
+				e.Poke() // the outage's round: the listener is dead
+				<-beats
+				clk.Reset()
+				k.AddDevice("rxe0", 0x11, "veth0")
+				drain(beats)
+				b.StartTimer()
+				start := time.Now()
+				e.Poke()
+				for !k.Listening(owner, id) {
+					select {
+					case <-beats:
+					case <-time.After(30 * time.Second):
+						b.Fatalf("%s %s not healed 30 s after the event", owner, id)
+					}
+				}
+				b.StopTimer()
+				e.Poke() // let the round finish before the next reset
+				<-beats
+				d, _, ok := clk.Since(start)
+				if !ok {
+					b.Fatal("healed without a configfs write")
+				}
+				lat = append(lat, d)
+				b.StartTimer()
+			}
+			b.StopTimer()
+			reportPercentiles(b, lat)
+		})
+	}
+}

@@ -33,6 +33,7 @@ func planPortals(g *group, st State) (bool, Heal) {
 		if !expected {
 			break
 		}
+		steps = make([]Step, 0, 2*len(on)+2*len(g.holders)) // puts and zeros, ones and forgets
 		for _, hd := range on {
 			if hd.intent == nil {
 				in := Intent{Kind: KindLIO, ID: hd.portal.ID(), Address: g.ep.Addr.String(), ISER: true}

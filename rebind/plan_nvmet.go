@@ -12,7 +12,10 @@ import (
 func planPorts(g *group, st State, obs *Observed) (bool, Heal) {
 	var h Heal
 	expected := false
-	var journalPuts, unlinks, links, deletes []Step
+	var journalPuts, deletes []Step
+	// runs: each port's unlinks and links, made into steps once their
+	// number is known (a port may hold thousands of subsystems).
+	var runs []linkRuns
 	boot := false
 	for _, hd := range g.holders {
 		port := hd.port
@@ -30,24 +33,11 @@ func planPorts(g *group, st State, obs *Observed) (bool, Heal) {
 		}
 		// want: the journal's links first (in their order), then links
 		// present that it lacks, then those a saved config declares.
-		// (Sets, not scans: a port may hold thousands of subsystems.)
-		isPresent := make(map[configfs.Link]bool, len(present))
-		for _, l := range present {
-			isPresent[l] = true
-		}
-		var want []configfs.Link
-		wanted := map[configfs.Link]bool{}
+		// Without a journal entry it is the links present (a port's links
+		// are distinct), and none of them is missing.
+		want, missing := present, []configfs.Link(nil)
 		if hd.intent != nil {
-			for _, l := range hd.intent.Links {
-				if (obs.Subsystems[l.NQN] || isPresent[l]) && !wanted[l] {
-					want, wanted[l] = append(want, l), true
-				}
-			}
-		}
-		for _, l := range present {
-			if !wanted[l] {
-				want, wanted[l] = append(want, l), true
-			}
+			want, missing = journaledWant(hd.intent.Links, present, obs.Subsystems)
 		}
 		var declaredMissing []configfs.Link
 		if hd.boot != nil {
@@ -61,36 +51,22 @@ func planPorts(g *group, st State, obs *Observed) (bool, Heal) {
 				}
 			}
 		}
-		missing := func(ls []configfs.Link) []configfs.Link {
-			var m []configfs.Link
-			for _, l := range ls {
-				if !isPresent[l] {
-					m = append(m, l)
-				}
-			}
-			return m
-		}
 		if len(want) > 0 || len(declaredMissing) > 0 {
 			expected = true
 		}
 		switch st {
 		case StateDead, StateStranded:
-			all := append(slices.Clone(want), declaredMissing...)
+			all := slices.Concat(want, declaredMissing)
 			if len(all) == 0 {
 				break
 			}
+			run := linkRuns{key: k, link: all}
 			if len(present) > 0 {
 				in := Intent{Kind: KindNvmet, ID: port.ID, Address: g.ep.Addr.String(), Links: all}
 				journalPuts = append(journalPuts, journalPort(in, slices.Clone(present)))
-				unlinks = slices.Grow(unlinks, len(present)) // a port may hold thousands
-				for _, l := range present {
-					unlinks = append(unlinks, unlink(k, l))
-				}
+				run.unlink = present
 			}
-			links = slices.Grow(links, len(all))
-			for _, l := range all {
-				links = append(links, link(k, l))
-			}
+			runs = append(runs, run)
 			if len(present) > 0 || hd.intent != nil {
 				deletes = append(deletes, forget(k))
 			}
@@ -99,21 +75,19 @@ func planPorts(g *group, st State, obs *Observed) (bool, Heal) {
 				h.Action = ActRebindPort
 			case hd.intent != nil:
 				h.Action = max(h.Action, ActCompletePort)
-				h.Reason = fmt.Sprintf("%d subsystem link(s) to restore from the journal", len(missing(want)))
+				h.Reason = fmt.Sprintf("%d subsystem link(s) to restore from the journal", len(missing))
 			default:
 				boot = true
 			}
 		case StateListening, StateUnknown:
 			// Alive (or unknown: never unlink then): link what the journal
 			// or a saved config says is missing, forget a done journal.
-			for _, l := range append(missing(want), declaredMissing...) {
-				links = append(links, link(k, l))
-			}
+			runs = append(runs, linkRuns{key: k, link: slices.Concat(missing, declaredMissing)})
 			if hd.intent != nil {
 				deletes = append(deletes, forget(k))
-				if m := missing(want); len(m) > 0 {
+				if len(missing) > 0 {
 					h.Action = max(h.Action, ActCompletePort)
-					h.Reason = fmt.Sprintf("%d subsystem link(s) to restore from the journal", len(m))
+					h.Reason = fmt.Sprintf("%d subsystem link(s) to restore from the journal", len(missing))
 				} else if h.Action == ActNone {
 					h.Action, h.Reason = ActDropJournal, "every journaled link is back"
 				}
@@ -131,9 +105,66 @@ func planPorts(g *group, st State, obs *Observed) (bool, Heal) {
 	if h.Action == ActNone && len(deletes) > 0 {
 		h.Action = ActDropJournal
 	}
-	h.Steps = slices.Concat(journalPuts, unlinks, links, deletes)
+	h.Steps = portSteps(journalPuts, runs, deletes)
 	if len(h.Steps) == 0 {
 		h.Action = ActNone
 	}
 	return expected, h
+}
+
+// linkRuns are one port's links to remove and to make.
+type linkRuns struct {
+	key          Key
+	unlink, link []configfs.Link
+}
+
+// portSteps orders a heal's steps: the journal entries, every port's
+// unlinks, every port's links, the journal deletes; one allocation.
+func portSteps(puts []Step, runs []linkRuns, deletes []Step) []Step {
+	n := len(puts) + len(deletes)
+	for _, r := range runs {
+		n += len(r.unlink) + len(r.link)
+	}
+	if n == 0 {
+		return nil
+	}
+	steps := make([]Step, 0, n)
+	steps = append(steps, puts...)
+	for _, r := range runs {
+		for _, l := range r.unlink {
+			steps = append(steps, unlink(r.key, l))
+		}
+	}
+	for _, r := range runs {
+		for _, l := range r.link {
+			steps = append(steps, link(r.key, l))
+		}
+	}
+	return append(steps, deletes...)
+}
+
+// journaledWant is what a port with a journal entry wants: the journal's
+// links first, in their order (those whose subsystem exists, or present),
+// then the links present that it lacks; and which of them are missing
+// from present. (Sets, not scans: a port may hold thousands.)
+func journaledWant(journaled, present []configfs.Link, subsystems map[string]bool) (want, missing []configfs.Link) {
+	isPresent := make(map[configfs.Link]bool, len(present))
+	for _, l := range present {
+		isPresent[l] = true
+	}
+	wanted := make(map[configfs.Link]bool, len(journaled)+len(present))
+	for _, l := range journaled {
+		if (subsystems[l.NQN] || isPresent[l]) && !wanted[l] {
+			want, wanted[l] = append(want, l), true
+			if !isPresent[l] {
+				missing = append(missing, l)
+			}
+		}
+	}
+	for _, l := range present {
+		if !wanted[l] {
+			want, wanted[l] = append(want, l), true
+		}
+	}
+	return want, missing
 }

@@ -78,7 +78,7 @@ type Step struct {
 	Key    Key
 	Link   configfs.Link // OpUnlink, OpLink
 	On     bool          // OpSetISER
-	Intent Intent        // OpJournalPut
+	Intent *Intent       // OpJournalPut (a pointer: a port's heal has thousands of other steps)
 	Pre    Pre
 }
 
@@ -116,11 +116,11 @@ func (s Step) Describe(root string) string {
 // The steps, each with its precondition.
 
 func journalPort(in Intent, present []configfs.Link) Step {
-	return Step{Op: OpJournalPut, Key: Key{KindNvmet, in.ID}, Intent: in, Pre: Pre{Check: CheckLinksAre, Links: present}}
+	return Step{Op: OpJournalPut, Key: Key{KindNvmet, in.ID}, Intent: &in, Pre: Pre{Check: CheckLinksAre, Links: present}}
 }
 
 func journalPortal(in Intent) Step {
-	return Step{Op: OpJournalPut, Key: Key{KindLIO, in.ID}, Intent: in, Pre: Pre{Check: CheckISER, ISER: true}}
+	return Step{Op: OpJournalPut, Key: Key{KindLIO, in.ID}, Intent: &in, Pre: Pre{Check: CheckISER, ISER: true}}
 }
 
 func unlink(k Key, l configfs.Link) Step {
