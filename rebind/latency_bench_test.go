@@ -10,6 +10,7 @@ import (
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/watch"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind"
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/rdma/rdmatest"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/state"
 )
 
@@ -94,13 +95,7 @@ func eventToFirstWrite(b *testing.B, k *fakeKernel, tree rebind.Tree, exhaustive
 			}
 		}
 		b.StopTimer()
-		e.Poke() // let the round finish before the next reset
-		<-beats
-		d, _, ok := clk.Since(start)
-		if !ok {
-			b.Fatal("healed without a configfs write")
-		}
-		lat = append(lat, d)
+		lat = append(lat, firstWrite(b, e, beats, clk, start))
 		b.StartTimer()
 	}
 	b.StopTimer()
@@ -217,17 +212,23 @@ func BenchmarkEventToFirstWriteLayout(b *testing.B) {
 					}
 				}
 				b.StopTimer()
-				e.Poke() // let the round finish before the next reset
-				<-beats
-				d, _, ok := clk.Since(start)
-				if !ok {
-					b.Fatal("healed without a configfs write")
-				}
-				lat = append(lat, d)
+				lat = append(lat, firstWrite(b, e, beats, clk, start))
 				b.StartTimer()
 			}
 			b.StopTimer()
 			reportPercentiles(b, lat)
 		})
 	}
+}
+
+// firstWrite lets the healing round finish (before the next reset) and
+// returns the time from start to its first configfs write.
+func firstWrite(b *testing.B, e *rebind.Engine, beats chan struct{}, clk *rdmatest.WriteClock, start time.Time) time.Duration {
+	e.Poke()
+	<-beats
+	d, _, ok := clk.Since(start)
+	if !ok {
+		b.Fatal("healed without a configfs write")
+	}
+	return d
 }
