@@ -1,22 +1,25 @@
 # shared-iser-scale: 256 targets share one iSER portal 192.0.2.1:3260 (the
 # OpenStack Cinder LIO layout: one target per volume). Each is a bare target:
 # tpgt_1 and one np with iser=1, no LUN, TPG not enabled (iser=1 listens
-# anyway). Four resets:
+# anyway). Resets (four; more under NVMET_REBIND_E2E_BENCH, below):
 #  - the daemon: ms from `rdma link add` to LISTEN (daemon_listen_ms_R) and
 #    to every sharer reading 1 again (daemon_complete_ms_R);
 #  - no daemon, a script started right after `rdma link add` that writes 0
 #    to every sharer, then 1 to every sharer (shell builtins, no fork per
 #    sharer): script_listen_ms_R, script_complete_ms_R.
-# Two runs of each, interleaved daemon, script, script, daemon (R = 1, 2).
+# Two runs of each, interleaved daemon, script, script, daemon (R = 1, 2);
+# with NVMET_REBIND_E2E_BENCH=N, N of each (an odd N rounded up) in such
+# blocks, and their medians (the first LISTEN of one run moves by 2x from
+# run to run under TCG).
 # The first iser=1 after every sharer went to 0 creates the listener; each
 # later 1 only attaches to it. Every iser=1 write makes the kernel call
 # request_module("ib_isert") (iscsi_target_configfs.c), i.e. spawn modprobe:
 # ~50 ms under TCG, so writing 1 to 256 sharers takes ~14 s here whoever
 # does it. setup_ms and teardown_ms (cleanup_all) are reported too.
 # The whole takes 200-250 s on a quiet machine (more under load, where
-# the default 300 s came close): its own limit, which the harness adds to
-# the boot's.
-# e2e-limit: 600
+# the default 300 s came close; 16 runs under BENCH=8 take 6-10 min): its
+# own limit, which the harness adds to the boot's.
+# e2e-limit: 900
 NT=256
 A=192.0.2.1
 P=3260
@@ -94,7 +97,8 @@ daemon_run() {
 	check_rc || fail "daemon $1: check exits $? after the heal"
 	daemon_alive || fail "the daemon died"
 	daemon_stop
-	eval "DL$1=$dl DC$1=$dc"
+	echo "$dl" >>"$W/daemon_listen"
+	echo "$dc" >>"$W/daemon_complete"
 }
 
 # One reset healed by the script floor, no daemon: script_listen_ms_R,
@@ -122,15 +126,28 @@ script_run() {
 	metric "script_complete_ms_$1=$sc"
 	log "script $1: every sharer at 0 after $(cat "$W/all0") ms, LISTEN $sl ms, every sharer at 1 $sc ms after rdma link add"
 	listening ib_isert $A $P rxe0 || fail "script $1: $A:$P does not listen at the end"
-	eval "SL$1=$sl SC$1=$sc"
+	echo "$sl" >>"$W/script_listen"
+	echo "$sc" >>"$W/script_complete"
 }
 
-# Interleaved, two of each: one run of each varies by seconds under TCG
-# (each iser=1 spawns modprobe), and the order must not favour either.
-daemon_run 1
-script_run 1
-script_run 2
-daemon_run 2
+# Interleaved, in blocks daemon, script, script, daemon: one run of each
+# varies by seconds under TCG (each iser=1 spawns modprobe), and the order
+# must not favour either.
+R=${E2E_BENCH:-0}
+n=0
+while [ $n -lt "$R" ] || [ $n -lt 2 ]; do
+	daemon_run $((n + 1))
+	script_run $((n + 1))
+	script_run $((n + 2))
+	daemon_run $((n + 2))
+	n=$((n + 2))
+done
+for m in daemon_listen daemon_complete script_listen script_complete; do
+	st=$(e2eutil stats $(cat "$W/$m"))
+	log "$m: $st"
+	for kv in $st; do metric "${m}_$kv"; done
+	eval "M_$m=$(echo "$st" | sed 's/.*median=\([^ ]*\).*/\1/')"
+done
 # Teardown through the shared cleanup (the /init runs it again after the
 # scenario): it must remove all the targets.
 t=$(now)
@@ -139,4 +156,4 @@ td=$(e2eutil since "$t")
 metric "teardown_ms=$td"
 left=$(ls "$T/iscsi" | grep -c '^iqn\.')
 [ "$left" = 0 ] || fail "cleanup_all left $left targets behind: $(ls "$T/iscsi" | head -n 3 | tr '\n' ' ')"
-pass "$NT sharers (setup $setup ms): daemon LISTEN $DL1 / $DL2 ms, all at 1 $DC1 / $DC2 ms; script LISTEN $SL1 / $SL2 ms, all at 1 $SC1 / $SC2 ms after rdma link add (runs 1 / 2)"
+pass "$NT sharers (setup $setup ms), $n runs each, median ms after rdma link add: LISTEN daemon $M_daemon_listen, script $M_script_listen; every sharer at 1 daemon $M_daemon_complete, script $M_script_complete"
