@@ -862,3 +862,27 @@ func TestPortRemovedBeforeItsUnlinks(t *testing.T) {
 		t.Errorf("journal left: %q", files)
 	}
 }
+
+// A look before any round (status or check without a daemon) has no
+// memory of when a listener went down: it says nothing of it, rather
+// than "now" at every look (which kept a stranded listener within its
+// repair grace for ever). A round remembers when it first saw it.
+func TestLookBeforeAnyRoundTellsNoDeadSince(t *testing.T) {
+	w := newWorld(t)
+	w.k.RemoveDevice("rxe0")
+	e := w.engine()
+	snap, err := e.Look()
+	must(t, err)
+	it := item(snap.Items, "1")
+	if it.State != rebind.StateDead || !it.DeadSince.IsZero() {
+		t.Fatalf("look before any round: port 1 %s, dead since %v; want dead, no time", it.State, it.DeadSince)
+	}
+	seen := w.clk.now()
+	w.reconcile(e)
+	w.clk.advance(3 * time.Second)
+	snap, err = e.Look()
+	must(t, err)
+	if it := item(snap.Items, "1"); !it.DeadSince.Equal(seen) {
+		t.Fatalf("look after a round: port 1 dead since %v, want %v (the round that saw it)", it.DeadSince, seen)
+	}
+}

@@ -136,7 +136,14 @@ func (e *Engine) Look() (Snapshot, error) {
 	snap.Items, snap.At, snap.ListenersErr, snap.JournalErrs = items, obs.Now, obs.ListenersErr, slices.Clone(obs.JournalErrs)
 	snap.Sight = obs.sight(snap.Config)
 	if snap.Stats.Reconciles == 0 {
-		snap.Completion = e.PlanCompletion(context.Background()) // no round ran: a one-shot command
+		// No round ran (a one-shot command, or a daemon before its
+		// first): nothing saw when a listener went down, and the plan's
+		// "first seen now" would put a stranded one within its grace at
+		// every look.
+		for i := range snap.Items {
+			snap.Items[i].DeadSince = time.Time{}
+		}
+		snap.Completion = e.PlanCompletion(context.Background())
 	}
 	return snap, nil
 }
