@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -270,7 +271,7 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 					stop = err
 					return false
 				}
-				if e.fault(fmt.Sprintf("after-unlink-%d", nUnlink)) {
+				if e.faultN("after-unlink-", nUnlink) {
 					stop = ErrCrashed
 					return false
 				}
@@ -317,7 +318,7 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 					failed = append(failed, err)
 					return true
 				}
-				if e.fault(fmt.Sprintf("after-relink-%d", nLink)) {
+				if e.faultN("after-relink-", nLink) {
 					stop = ErrCrashed
 					return false
 				}
@@ -521,6 +522,12 @@ func linkRun(steps []Step, i int) ([]configfs.Link, bool) {
 
 func (e *Engine) fault(point string) bool {
 	return e.opt.Fault != nil && e.opt.Fault(point)
+}
+
+// faultN is fault at the point prefix+n (the nth link of a run), named
+// only under a fault hook: a heal of 1,000 links formats no 1,000 names.
+func (e *Engine) faultN(prefix string, n int) bool {
+	return e.opt.Fault != nil && e.opt.Fault(prefix+strconv.Itoa(n))
 }
 
 // refused reports a bind the kernel refused because the address or device
