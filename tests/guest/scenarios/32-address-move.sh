@@ -56,6 +56,15 @@ if discover $A 4420 $NQN; then
 	fail "kernel fact: discover to $A works with the listener stranded on rxe0 (the address is on rxe1's netdev)"
 fi
 log "kernel fact: stranded — LISTEN stays on rxe0 ($(cmid_line nvmet_rdma $A 4420)), discover via rxe1 fails"
+# No daemon: check reads the kernel itself, and nothing saw when the
+# listeners went down, so they are not "within the repair grace" (6 s
+# after the move, and at every look): CRITICAL.
+need_daemon
+write_config
+check_rc
+rc=$?
+[ $rc = 2 ] && grep -q '^CRITICAL: nvmet 1 .*stranded' "$W/check.out" && grep -q '^source: direct' "$W/check.out" ||
+	fail "no daemon, stranded 6 s: check exits $rc (want 2, CRITICAL, stranded, source: direct): $(head -n 3 "$W/check.out" | tr '\n' ' ')"
 must move_addr $A/24 veth2 veth0
 wait_carrier $A rxe0/1 5 || fail "the GID of $A did not come back to rxe0/1: $(gid_entries $A)"
 ok=
