@@ -480,6 +480,35 @@ ctrl_count() { dmesg | grep -c 'nvmet: creating .*controller'; }
 # port_enables ID: how often nvmet-rdma enabled port ID (dmesg).
 port_enables() { dmesg | grep -c "nvmet_rdma: enabling port $1 "; }
 
+# ---- daemon against the script (the *-scale scenarios) ------------------------------
+
+# bench_blocks: runs the scenario's daemon_run R and script_run R in blocks
+# daemon, script, script, daemon (so load that drifts through the boot lands
+# on both sides), E2E_BENCH runs of each (at least 2, an odd number rounded
+# up); BENCH_N is then the runs of each. Each run appends its figures to
+# $W/daemon_listen, daemon_complete, script_listen, script_complete.
+bench_blocks() {
+	BENCH_N=0
+	while [ $BENCH_N -lt "${E2E_BENCH:-0}" ] || [ $BENCH_N -lt 2 ]; do
+		daemon_run $((BENCH_N + 1))
+		script_run $((BENCH_N + 1))
+		script_run $((BENCH_N + 2))
+		daemon_run $((BENCH_N + 2))
+		BENCH_N=$((BENCH_N + 2))
+	done
+}
+
+# bench_medians: the stats of those four files as metrics (NAME_median=…),
+# and each median in M_NAME.
+bench_medians() {
+	for _bm in daemon_listen daemon_complete script_listen script_complete; do
+		_bst=$(e2eutil stats $(cat "$W/$_bm"))
+		log "$_bm: $_bst"
+		for _bkv in $_bst; do metric "${_bm}_$_bkv"; done
+		eval "M_$_bm=$(echo "$_bst" | sed 's/.*median=\([^ ]*\).*/\1/')"
+	done
+}
+
 # ---- shared iSER listeners (shared-iser-* scenarios) ------------------------------
 # One kernel iSER listener serves every TPG portal with the same address:port
 # and iser=1, across targets (KERNEL.md). These helpers take the address, the

@@ -133,21 +133,8 @@ script_run() {
 # Interleaved, in blocks daemon, script, script, daemon: one run of each
 # varies by seconds under TCG (each iser=1 spawns modprobe), and the order
 # must not favour either.
-R=${E2E_BENCH:-0}
-n=0
-while [ $n -lt "$R" ] || [ $n -lt 2 ]; do
-	daemon_run $((n + 1))
-	script_run $((n + 1))
-	script_run $((n + 2))
-	daemon_run $((n + 2))
-	n=$((n + 2))
-done
-for m in daemon_listen daemon_complete script_listen script_complete; do
-	st=$(e2eutil stats $(cat "$W/$m"))
-	log "$m: $st"
-	for kv in $st; do metric "${m}_$kv"; done
-	eval "M_$m=$(echo "$st" | sed 's/.*median=\([^ ]*\).*/\1/')"
-done
+bench_blocks
+bench_medians
 # Teardown through the shared cleanup (the /init runs it again after the
 # scenario): it must remove all the targets.
 t=$(now)
@@ -156,4 +143,4 @@ td=$(e2eutil since "$t")
 metric "teardown_ms=$td"
 left=$(ls "$T/iscsi" | grep -c '^iqn\.')
 [ "$left" = 0 ] || fail "cleanup_all left $left targets behind: $(ls "$T/iscsi" | head -n 3 | tr '\n' ' ')"
-pass "$NT sharers (setup $setup ms), $n runs each, median ms after rdma link add: LISTEN daemon $M_daemon_listen, script $M_script_listen; every sharer at 1 daemon $M_daemon_complete, script $M_script_complete"
+pass "$NT sharers (setup $setup ms), $BENCH_N runs each, median ms after rdma link add: LISTEN daemon $M_daemon_listen, script $M_script_listen; every sharer at 1 daemon $M_daemon_complete, script $M_script_complete"

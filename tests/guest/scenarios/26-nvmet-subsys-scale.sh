@@ -109,20 +109,8 @@ script_run() {
 	echo "$sc" >>"$W/script_complete"
 }
 
-n=0
-while [ $n -lt "$R" ] || [ $n -lt 2 ]; do
-	daemon_run $((n + 1))
-	script_run $((n + 1))
-	script_run $((n + 2))
-	daemon_run $((n + 2))
-	n=$((n + 2))
-done
+bench_blocks
 # Medians over the runs: the boot's noise (the 1,000 unlinks alone take
 # 130-380 ms from run to run under TCG) swamps any two runs.
-for m in daemon_listen daemon_complete script_listen script_complete; do
-	st=$(e2eutil stats $(cat "$W/$m"))
-	log "$m: $st"
-	for kv in $st; do metric "${m}_$kv"; done
-	eval "M_$m=$(echo "$st" | sed 's/.*median=\([^ ]*\).*/\1/')"
-done
-pass "1 port, $NS subsystems (setup $setup ms), $n runs each, median ms after rdma link add: LISTEN daemon $M_daemon_listen, script $M_script_listen; every link daemon $M_daemon_complete, script $M_script_complete"
+bench_medians
+pass "1 port, $NS subsystems (setup $setup ms), $BENCH_N runs each, median ms after rdma link add: LISTEN daemon $M_daemon_listen, script $M_script_listen; every link daemon $M_daemon_complete, script $M_script_complete"
