@@ -89,24 +89,23 @@ func cmdTrigger(c *cli.Context) error {
 	if os.Getenv("SEQNUM") == "" {
 		wait = triggerUnitLockWait
 	}
-	var unlock func()
-	for deadline := time.Now().Add(wait); ; {
-		var lerr error
-		if unlock, lerr = daemon.Lock(state); lerr == nil {
-			break
-		}
-		switch {
-		case errors.Is(lerr, fs.ErrPermission):
-			return exit(1, fmt.Errorf("trigger: did nothing: not root (uid %d): no access to the control socket %s nor to the lock in %s: %w", os.Geteuid(), sock, state, lerr))
-		case !errors.Is(lerr, syscall.EWOULDBLOCK):
-			return exit(2, fmt.Errorf("trigger: did nothing: %w", lerr))
-		case time.Now().After(deadline):
-			return exit(1, fmt.Errorf("trigger: did nothing: no daemon answers on %s and the lock of %s is held by another nvmet-rebind (a daemon starting or stuck, or a trigger or rebind reconciling) for over %v", sock, state, wait))
-		}
-		time.Sleep(100 * time.Millisecond)
+	errPoked := errors.New("poked")
+	unlock, lerr := daemon.AwaitLock(c.Context, state, wait, func() error {
 		if poke() == nil {
-			return nil
+			return errPoked
 		}
+		return nil
+	})
+	switch {
+	case lerr == nil:
+	case errors.Is(lerr, errPoked):
+		return nil
+	case errors.Is(lerr, fs.ErrPermission):
+		return exit(1, fmt.Errorf("trigger: did nothing: not root (uid %d): no access to the control socket %s nor to the lock in %s: %w", os.Geteuid(), sock, state, lerr))
+	case errors.Is(lerr, syscall.EWOULDBLOCK):
+		return exit(1, fmt.Errorf("trigger: did nothing: no daemon answers on %s and the lock of %s is held by another nvmet-rebind (a daemon starting or stuck, or a trigger or rebind reconciling) for over %v", sock, state, wait))
+	default:
+		return exit(2, fmt.Errorf("trigger: did nothing: %w", lerr))
 	}
 	defer unlock()
 	env, err := daemon.Open(paths(c), log, daemon.Write, faultHook())

@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nvmet-rebind/nvmet-rebind/rebind/control"
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/daemon"
 )
 
@@ -224,12 +225,62 @@ func TestDaemonNotifyAndControl(t *testing.T) {
 	}
 }
 
+// A second daemon: refused at once (the first answers on the socket), a
+// setup failure that may pass (exit 2, restarted by the unit), not the
+// invalid configuration (78) that RestartPreventExitStatus= stops.
 func TestSecondDaemonRefused(t *testing.T) {
 	d := newDaemonEnv(t)
 	d.start()
 	out, code := d.run("run")
 	if code != 2 || !strings.Contains(out, "locked by another nvmet-rebind") {
 		t.Errorf("second daemon: exit %d: %s", code, out)
+	}
+}
+
+// A daemon started while a trigger or a rebind holds the lock (the udev
+// hook's unit reconciling after an event, with no daemon yet) waits for
+// it instead of failing its start (seen in the VM: systemctl start right
+// after a trigger's heal exited 2).
+func TestDaemonWaitsForTriggersLock(t *testing.T) {
+	d := newDaemonEnv(t)
+	unlock, err := daemon.Lock(filepath.Join(d.dir, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A file, not a buffer: the test reads it while the daemon writes.
+	log, err := os.Create(filepath.Join(d.dir, "daemon.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	logged := func() string { b, _ := os.ReadFile(log.Name()); return string(b) }
+	c := d.cmd(nil, "run")
+	c.Stdout, c.Stderr = log, log
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- c.Wait() }()
+	defer func() {
+		c.Process.Signal(syscall.SIGTERM)
+		<-exited
+	}()
+	time.Sleep(time.Second)
+	unlock()
+	sock := filepath.Join(d.dir, "run", "control.sock")
+	for deadline := time.Now().Add(10 * time.Second); !control.Answers(sock); time.Sleep(20 * time.Millisecond) {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("daemon exited (%v) instead of waiting for the lock:\n%s", err, logged())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon not answering 10 s after the lock was freed:\n%s", logged())
+		}
+	}
+	if !strings.Contains(logged(), "waiting for the state directory's lock") {
+		t.Errorf("the wait is not logged:\n%s", logged())
 	}
 }
 
@@ -478,12 +529,6 @@ func TestTriggerExitCodes(t *testing.T) {
 	unlock, err := daemon.Lock(filepath.Join(d.dir, "state"))
 	if err != nil {
 		t.Fatal(err)
-	}
-	// run with the lock held: a setup failure that may pass (exit 2,
-	// restarted by the unit), not the invalid configuration (78) that
-	// RestartPreventExitStatus= stops.
-	if out, code := d.run("run"); code != 2 || !strings.Contains(out, "lock") {
-		t.Errorf("run with the lock held: exit %d: %s", code, out)
 	}
 	// As udev runs it (SEQNUM set): the lock is waited for 2 s at most
 	// (udev kills slow RUN programs).

@@ -130,8 +130,7 @@ func Listen(path string, h Handler) (*Server, error) {
 	if err := owndir.Ensure(filepath.Dir(path)); err != nil {
 		return nil, fmt.Errorf("control socket %s: run dir: %w", path, err)
 	}
-	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		c.Close()
+	if Answers(path) {
 		return nil, fmt.Errorf("control socket %s: another daemon is answering on it", path)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -355,6 +354,17 @@ func (s *Server) serve(ctx context.Context, cn *conn) {
 		return
 	}
 	enc.Encode(Response{OK: true, Result: b})
+}
+
+// Answers reports whether a daemon accepts connections on the socket at
+// path (a stale socket of a crashed daemon refuses them).
+func Answers(path string) bool {
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 // ErrNoDaemon means nothing answers on the socket.

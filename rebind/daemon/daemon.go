@@ -66,6 +66,11 @@ type configError struct{ error }
 
 func (e configError) Unwrap() error { return e.error }
 
+// lockWait bounds the daemon's wait for a lock held by a trigger or a
+// rebind: the trigger unit's reconcile is bounded by 20 s, its wait for a
+// burst's earlier reconcile by 30 s.
+const lockWait = 60 * time.Second
+
 // RunOptions are the daemon's own settings.
 type RunOptions struct {
 	DryRun        bool
@@ -96,7 +101,7 @@ type readier interface {
 // Run is the daemon: until ctx is done or a task fails. A failure to set
 // it up is a *SetupError.
 func Run(ctx context.Context, p Paths, log *slog.Logger, o RunOptions) error {
-	d, srv, done, err := setUp(p, log, o)
+	d, srv, done, err := setUp(ctx, p, log, o)
 	if err != nil {
 		_, bad := errors.AsType[configError](err)
 		return &SetupError{Err: err, Config: bad}
@@ -128,14 +133,28 @@ func Run(ctx context.Context, p Paths, log *slog.Logger, o RunOptions) error {
 // setUp takes the state directory's lock, builds the engine, checks the
 // metrics flags and listens on the control socket; done releases what it
 // took.
-func setUp(p Paths, log *slog.Logger, o RunOptions) (*daemon, *control.Server, func(), error) {
+func setUp(ctx context.Context, p Paths, log *slog.Logger, o RunOptions) (*daemon, *control.Server, func(), error) {
 	var beat time.Duration
 	if wd, err := sd.SdWatchdogEnabled(false); err != nil {
 		return nil, nil, nil, fmt.Errorf("systemd watchdog: %w", err)
 	} else if wd > 0 {
 		beat = wd / 2
 	}
-	unlock, err := Lock(p.State)
+	// A held lock is a trigger or a rebind reconciling (the udev hook's
+	// unit runs one per event while no daemon answers, for seconds), or
+	// another daemon: the first is waited for, the second refused.
+	sock := p.Socket()
+	waiting := false
+	unlock, err := AwaitLock(ctx, p.State, lockWait, func() error {
+		if control.Answers(sock) {
+			return fmt.Errorf("state dir %s is locked by another nvmet-rebind daemon, answering on %s; stop it first", p.State, sock)
+		}
+		if !waiting {
+			waiting = true
+			log.Info("waiting for the state directory's lock, held by another nvmet-rebind (a trigger or a rebind reconciling)", "state_dir", p.State, "up_to", lockWait)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, nil, nil, err
 	}

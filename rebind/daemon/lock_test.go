@@ -1,10 +1,14 @@
 package daemon
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestLockKeepsExistingDir(t *testing.T) {
@@ -84,5 +88,34 @@ func TestLockRefusesSymlink(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(target); string(b) != "keep" {
 		t.Errorf("target changed: %q", b)
+	}
+}
+
+// A lock held for a while (a trigger reconciling) is waited for; one held
+// past the wait is Lock's error; stop's error ends the wait at once.
+func TestAwaitLock(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	unlock, err := Lock(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { time.Sleep(300 * time.Millisecond); unlock() }()
+	stops := 0
+	got, err := AwaitLock(context.Background(), dir, 10*time.Second, func() error { stops++; return nil })
+	if err != nil || stops == 0 {
+		t.Fatalf("lock freed after 300 ms: %v after %d stops, want it taken after waiting", err, stops)
+	}
+	if _, err := AwaitLock(context.Background(), dir, 250*time.Millisecond, func() error { return nil }); !errors.Is(err, syscall.EWOULDBLOCK) || !strings.Contains(err.Error(), "locked by another") {
+		t.Errorf("lock held past the wait: %v, want EWOULDBLOCK", err)
+	}
+	answering := errors.New("a daemon answers")
+	if _, err := AwaitLock(context.Background(), dir, 10*time.Second, func() error { return answering }); err != answering {
+		t.Errorf("stop said a daemon answers: %v, want its error", err)
+	}
+	got()
+	if u, err := AwaitLock(context.Background(), dir, 0, nil); err != nil {
+		t.Errorf("free lock: %v", err)
+	} else {
+		u()
 	}
 }

@@ -3,11 +3,13 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/nvmet-rebind/nvmet-rebind/rebind/owndir"
 )
@@ -41,4 +43,28 @@ func Lock(dir string) (func(), error) {
 		return nil, fmt.Errorf("state dir %s is locked by another nvmet-rebind (%w); stop it first", dir, err)
 	}
 	return func() { f.Close() }, nil
+}
+
+// AwaitLock takes Lock(dir), waiting up to wait while another process
+// holds it: a trigger or a rebind reconciles under the lock for a few
+// seconds. Every 100 ms it asks stop first; an error from stop ends the
+// wait with that error (a daemon answering, whose lock never frees). After
+// wait, or when ctx ends, the error is Lock's (errors.Is EWOULDBLOCK);
+// any other failure of Lock returns at once.
+func AwaitLock(ctx context.Context, dir string, wait time.Duration, stop func() error) (func(), error) {
+	deadline := time.Now().Add(wait)
+	for {
+		unlock, err := Lock(dir)
+		if err == nil || !errors.Is(err, syscall.EWOULDBLOCK) || !time.Now().Before(deadline) {
+			return unlock, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(100 * time.Millisecond):
+		}
+		if err := stop(); err != nil {
+			return nil, err
+		}
+	}
 }
