@@ -74,5 +74,7 @@
 // Requests from other goroutines — a config swap (SetConfig), a forced
 // retry (Retry, Rebind), an event (Poke) — are taken by the next round.
 // Run (loop.go) runs rounds on events, at the resync interval, and when the
-// last plan asks for a retry.
+// last plan asks for a retry. Without a daemon, Settle (a trigger's) runs
+// one event's rounds the same way, at the plan's next looks, for a bounded
+// time.
 package rebind

@@ -886,3 +886,47 @@ func TestLookBeforeAnyRoundTellsNoDeadSince(t *testing.T) {
 		t.Fatalf("look after a round: port 1 dead since %v, want %v (the round that saw it)", it.DeadSince, seen)
 	}
 }
+
+// Settle, the trigger's one-shot reconcile without a daemon, follows its
+// plan's next look: a bind refused once is retried after its backoff and
+// heals, where one round would leave it to the next event. With until
+// before the retry, it stops after one round, the work left.
+func TestSettleFollowsTheNextLook(t *testing.T) {
+	for _, follow := range []bool{true, false} {
+		t.Run(fmt.Sprintf("follow=%v", follow), func(t *testing.T) {
+			w := newWorld(t)
+			w.reconcile(w.engine())
+			w.reset()
+			fails := 1
+			w.k.Fault = func(n int, wr configfstest.Write) error {
+				if wr.Op == "symlink" && fails > 0 {
+					fails--
+					return &configfsErr{}
+				}
+				return nil
+			}
+			// A fresh engine on the real clock, as a trigger opens one.
+			j, err := state.Open(w.state)
+			must(t, err)
+			e := rebind.New(rebind.Options{Tree: w.k.FS(), Kernel: w.k, Store: j, Config: w.cfg})
+			until := time.Now().Add(10 * time.Second)
+			if !follow {
+				until = time.Now() // no retry fits
+			}
+			start := time.Now()
+			items, err := e.Settle(context.Background(), until)
+			must(t, err)
+			healed := w.k.Listening("nvmet_rdma", "1") && len(w.links("1")) == 2
+			switch {
+			case follow && !healed:
+				t.Fatalf("port 1 not healed by the retry after %v: %+v", time.Since(start), item(items, "1"))
+			case follow && time.Since(start) > 5*time.Second:
+				t.Errorf("took %v for a 50 ms backoff", time.Since(start))
+			case !follow && healed:
+				t.Fatal("port 1 healed with no time left to retry")
+			case !follow && item(items, "1").RetryAt.IsZero():
+				t.Errorf("no retry left for the next event: %+v", item(items, "1"))
+			}
+		})
+	}
+}

@@ -423,6 +423,45 @@ func (e *Engine) Run(ctx context.Context, heartbeat func()) error {
 	}
 }
 
+// Settle is the one-shot reconcile of a trigger without a daemon: an
+// event (Poke: the GID-table rechecks count from it), a round, and more
+// rounds at the plan's own next look (nextLook: a GID table filling, the
+// kernel's repair grace of a stranded listener, a device's removal grace,
+// a refused bind's backoff, boot completion's wait for a device path)
+// while that falls before until; a zero until runs one round. One round alone would leave such work to the next event, and an
+// event would find the same grace again (nothing outside a daemon
+// remembers when a listener went down). Work still waiting at until is
+// logged. It returns the last round's items; ctx bounds each round.
+func (e *Engine) Settle(ctx context.Context, until time.Time) ([]Item, error) {
+	e.Poke()
+	e.looping.Store(true) // a failed rebind is retried here, within the deadline
+	defer e.looping.Store(false)
+	for {
+		items, err := e.Reconcile(ctx)
+		if err != nil {
+			return items, err
+		}
+		next := e.snap.Load().Next
+		if next.IsZero() {
+			return items, nil
+		}
+		wait := max(next.Sub(e.opt.Now()), time.Millisecond)
+		if time.Now().Add(wait).After(until) {
+			if !until.IsZero() {
+				e.log.Warn("work left after the one-shot reconcile: no daemon runs to look again; the next event, trigger or the daemon's start does", "next_look", next.Format(time.TimeOnly+".000"))
+			}
+			return items, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return items, nil
+		case <-t.C:
+		}
+	}
+}
+
 // Rebind asks the loop (Run) for a manual rebind of one object: give-up,
 // graces and backoff are lifted for it, and the answer is the status after
 // that round. Only Run writes configfs; without a running loop, use Retry

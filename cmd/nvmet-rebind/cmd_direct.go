@@ -42,7 +42,7 @@ func direct(c *cli.Context, mode daemon.Mode) (*daemon.Env, func(), error) {
 }
 
 // cmdTrigger is the udev RUN hook: it pokes the running daemon, or without
-// one reconciles once under the daemon's lock. Exit 0: poked, or
+// one reconciles under the daemon's lock (Engine.Settle). Exit 0: poked, or
 // reconciled; 1: nothing done (another nvmet-rebind holds the lock, the
 // daemon refused the poke, not root); 2: a usage or configuration error,
 // or the reconcile failed. udev logs a RUN program's failure, so every
@@ -113,19 +113,25 @@ func cmdTrigger(c *cli.Context) error {
 		return exit(2, fmt.Errorf("trigger: did nothing: %w", err))
 	}
 	defer env.Close()
-	ctx, cancel := context.WithTimeout(c.Context, 20*time.Second)
+	// Rounds follow the plan's next look for triggerSettle (graces of
+	// 5 s, GID-table rechecks, backoff); the last may take the rest.
+	ctx, cancel := context.WithTimeout(c.Context, triggerSettle+20*time.Second)
 	defer cancel()
-	if _, err := env.Engine.Reconcile(ctx); err != nil {
+	if _, err := env.Engine.Settle(ctx, time.Now().Add(triggerSettle)); err != nil {
 		return exit(2, fmt.Errorf("trigger: reconcile: %w", err))
 	}
 	return nil
 }
 
 // triggerLockWait bounds how long trigger waits for a held lock under
-// udev; triggerUnitLockWait elsewhere.
+// udev; triggerUnitLockWait elsewhere;
+// triggerSettle how long a trigger without a daemon follows its plan's
+// next look (Engine.Settle): past the kernel's 5 s repair grace of a
+// stranded listener and a device's 5 s removal grace.
 const (
 	triggerLockWait     = 2 * time.Second
 	triggerUnitLockWait = 30 * time.Second
+	triggerSettle       = 15 * time.Second
 )
 
 // triggerUnit is the template the udev hook starts on a systemd host.

@@ -67,8 +67,8 @@ type configError struct{ error }
 func (e configError) Unwrap() error { return e.error }
 
 // lockWait bounds the daemon's wait for a lock held by a trigger or a
-// rebind: the trigger unit's reconcile is bounded by 20 s, its wait for a
-// burst's earlier reconcile by 30 s.
+// rebind: a trigger's rounds follow its plan for 15 s, the last bounded by
+// 20 s more.
 const lockWait = 60 * time.Second
 
 // RunOptions are the daemon's own settings.
