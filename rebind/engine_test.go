@@ -214,14 +214,7 @@ func TestRefusedBindRetries(t *testing.T) {
 	w.reconcile(e)
 	w.reset()
 	// The first relink is refused as if the address vanished at that moment.
-	fails := 1
-	w.k.Fault = func(n int, wr configfstest.Write) error {
-		if wr.Op == "symlink" && fails > 0 {
-			fails--
-			return &configfsErr{}
-		}
-		return nil
-	}
+	w.refuseLinks(1)
 	items := w.reconcile(e)
 	it := item(items, "1")
 	if it.RetryAt.IsZero() {
@@ -243,6 +236,18 @@ func TestRefusedBindRetries(t *testing.T) {
 	}
 	if !w.k.Listening("nvmet_rdma", "1") {
 		t.Error("port 1 not listening after the retry")
+	}
+}
+
+// refuseLinks makes the kernel refuse the next n links (EADDRNOTAVAIL),
+// as if the address vanished at that moment.
+func (w *world) refuseLinks(n int) {
+	w.k.Fault = func(_ int, wr configfstest.Write) error {
+		if wr.Op == "symlink" && n > 0 {
+			n--
+			return &configfsErr{}
+		}
+		return nil
 	}
 }
 
@@ -897,14 +902,7 @@ func TestSettleFollowsTheNextLook(t *testing.T) {
 			w := newWorld(t)
 			w.reconcile(w.engine())
 			w.reset()
-			fails := 1
-			w.k.Fault = func(n int, wr configfstest.Write) error {
-				if wr.Op == "symlink" && fails > 0 {
-					fails--
-					return &configfsErr{}
-				}
-				return nil
-			}
+			w.refuseLinks(1)
 			// A fresh engine on the real clock, as a trigger opens one.
 			j, err := state.Open(w.state)
 			must(t, err)
