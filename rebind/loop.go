@@ -417,10 +417,20 @@ func (e *Engine) Run(ctx context.Context, heartbeat func()) error {
 		}
 		resync.Reset(e.Config().ResyncInterval)
 		retry.Stop()
-		if next := e.snap.Load().Next; err == nil && !next.IsZero() {
-			retry.Reset(max(next.Sub(e.opt.Now()), time.Millisecond))
+		if wait, ok := e.nextWait(); err == nil && ok {
+			retry.Reset(wait)
 		}
 	}
+}
+
+// nextWait is how long until the last round's next look (Snapshot.Next,
+// at least 1 ms); false when it asked for none.
+func (e *Engine) nextWait() (time.Duration, bool) {
+	next := e.snap.Load().Next
+	if next.IsZero() {
+		return 0, false
+	}
+	return max(next.Sub(e.opt.Now()), time.Millisecond), true
 }
 
 // Settle is the one-shot reconcile of a trigger without a daemon: an
@@ -428,8 +438,8 @@ func (e *Engine) Run(ctx context.Context, heartbeat func()) error {
 // rounds at the plan's own next look (nextLook: a GID table filling, the
 // kernel's repair grace of a stranded listener, a device's removal grace,
 // a refused bind's backoff, boot completion's wait for a device path)
-// while that falls before until; a zero until runs one round. One round alone would leave such work to the next event, and an
-// event would find the same grace again (nothing outside a daemon
+// while that falls before until; a zero until runs one round. One round
+// alone would leave such work to the next event, and an event would find the same grace again (nothing outside a daemon
 // remembers when a listener went down). Work still waiting at until is
 // logged. It returns the last round's items; ctx bounds each round.
 func (e *Engine) Settle(ctx context.Context, until time.Time) ([]Item, error) {
@@ -441,14 +451,13 @@ func (e *Engine) Settle(ctx context.Context, until time.Time) ([]Item, error) {
 		if err != nil {
 			return items, err
 		}
-		next := e.snap.Load().Next
-		if next.IsZero() {
+		wait, ok := e.nextWait()
+		if !ok {
 			return items, nil
 		}
-		wait := max(next.Sub(e.opt.Now()), time.Millisecond)
 		if time.Now().Add(wait).After(until) {
 			if !until.IsZero() {
-				e.log.Warn("work left after the one-shot reconcile: no daemon runs to look again; the next event, trigger or the daemon's start does", "next_look", next.Format(time.TimeOnly+".000"))
+				e.log.Warn("work left after the one-shot reconcile: no daemon runs to look again; the next event, trigger or the daemon's start does", "next_look", e.snap.Load().Next.Format(time.TimeOnly+".000"))
 			}
 			return items, nil
 		}
