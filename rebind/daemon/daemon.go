@@ -30,6 +30,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -185,7 +186,8 @@ func setUp(ctx context.Context, p Paths, log *slog.Logger, o RunOptions) (*daemo
 	cfg := env.Config
 	log.Info("starting", "version", o.Version, "configfs", p.Configfs, "watch", fmt.Sprint(cfg.Watch),
 		"give_up_after", cfg.GiveUpAfter, "pin_device", cfg.PinDevice, "resync_interval", cfg.ResyncInterval, "dry_run", o.DryRun,
-		"metrics_textfile", textfilePath(o.MetricsTextfile, cfg), "configfs_model", env.Model != nil, "rescan_interval", cfg.RescanInterval)
+		"metrics_textfile", textfilePath(o.MetricsTextfile, cfg), "configfs_model", env.Model != nil, "rescan_interval", cfg.RescanInterval,
+		"gomaxprocs", runtime.GOMAXPROCS(0))
 	d := &daemon{paths: p, log: log, env: env}
 	if _, err := saved.Check(cfg); err != nil {
 		// Not fatal: the engine completes what it can read (a restore
