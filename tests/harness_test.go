@@ -22,16 +22,17 @@ import (
 
 // Environment knobs (see README.md in this folder).
 const (
-	envE2E       = "NVMET_REBIND_E2E"           // "0" skips the VM tests
-	envKernels   = "NVMET_REBIND_E2E_KERNELS"   // "6.1 6.12 6.18 newest" (default)
-	envAll       = "NVMET_REBIND_E2E_ALL"       // "1": every scenario on every kernel (make test-all)
-	envScenarios = "NVMET_REBIND_E2E_SCENARIOS" // regexp on scenario names
-	envBench     = "NVMET_REBIND_E2E_BENCH"     // N resets for the bench scenario (0: off)
-	envRepeat    = "NVMET_REBIND_E2E_REPEAT"    // run the selection N times in one boot (rare failures)
-	envTimeout   = "NVMET_REBIND_E2E_TIMEOUT"   // hard limit per boot (Go duration)
-	envVerbose   = "NVMET_REBIND_E2E_VERBOSE"   // "1": echo the console while it runs
-	envSiw       = "NVMET_REBIND_E2E_SIW"       // "0": do not build siw.ko
-	envDistros   = "NVMET_REBIND_E2E_DISTROS"   // TestSystemd's images: "debian12 debian13 debian-testing" (default)
+	envE2E       = "NVMET_REBIND_E2E"              // "0" skips the VM tests
+	envKernels   = "NVMET_REBIND_E2E_KERNELS"      // "6.1 6.12 6.18 newest" (default)
+	envAll       = "NVMET_REBIND_E2E_ALL"          // "1": every scenario on every kernel (make test-all)
+	envScenarios = "NVMET_REBIND_E2E_SCENARIOS"    // regexp on scenario names
+	envBench     = "NVMET_REBIND_E2E_BENCH"        // N resets for the bench scenario (0: off)
+	envRepeat    = "NVMET_REBIND_E2E_REPEAT"       // run the selection N times in one boot (rare failures)
+	envTimeout   = "NVMET_REBIND_E2E_TIMEOUT"      // hard limit per boot (Go duration)
+	envVerbose   = "NVMET_REBIND_E2E_VERBOSE"      // "1": echo the console while it runs
+	envSiw       = "NVMET_REBIND_E2E_SIW"          // "0": do not build siw.ko
+	envDistros   = "NVMET_REBIND_E2E_DISTROS"      // TestSystemd's images: "debian12 debian13 debian-testing" (default)
+	envPanic     = "NVMET_REBIND_E2E_PANIC_BEFORE" // TestSystemd: the first try panics before this check
 )
 
 // skipUnlessVM skips when the VM tests cannot or should not run.
