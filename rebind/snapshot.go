@@ -17,8 +17,10 @@ type Stats struct {
 	LastLatency    time.Duration
 	PendingRetries int
 	// ReconcileTime is the time spent in rounds (observe, plan, act,
-	// verify); WriteTime the part of it inside configfs writes (the
-	// kernel's: each write binds or unbinds a listener), over Writes.
+	// verify); WriteTime the part of it in configfs writes (the
+	// kernel's: each write binds or unbinds a listener), over Writes; a
+	// heal's writes one after the other are each timed from the end of
+	// the one before.
 	ReconcileTime, WriteTime time.Duration
 	Writes                   uint64
 	// JournalTime is the time spent writing and removing intent journal
