@@ -459,8 +459,8 @@ func (e *Engine) swapped(s Step, was bool, err error, took time.Duration, skip m
 // healTimes is the clock of a heal's writes made one after the other:
 // each is timed from the end of the one before (last), with one clock
 // read a write (lap). Where the clock is not the vDSO's (6.1 under TCG
-// runs on the HPET: 2.6-3.4 us a read, more while the other vCPU works)
-// three reads a write were a part of 256 zeros' time.
+// runs on the HPET: 2.6-3.4 us a read, measured quiet) three reads a write
+// were a part of 256 zeros' time.
 //
 // For the debug line: when the heal's first write ended, and its first
 // write that can bind a listener (a link, iser=1); until that binding

@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"bytes"
 	"fmt"
 	"strings"
 	"sync"
@@ -54,7 +53,7 @@ func runKernel(t *testing.T, series string, scenarios []string) {
 	ev := res.Events
 	t.Logf("%s: wall time %v (done=%v rc=%d timed out=%v)", img.kernel.Release, res.Elapsed.Round(time.Second), ev.Done, ev.RC, res.TimedOut)
 	retryKernelHangs(t, img, ev)
-	if !ev.Done && !res.TimedOut && bytes.Contains(res.Console, []byte("Kernel panic")) {
+	if panickedMidway(res) {
 		ev = rerunAfterPanic(t, img, ev, scenarios, res.Console)
 	}
 	why := "the VM ended before the scenario reported"

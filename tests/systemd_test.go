@@ -325,8 +325,7 @@ func panickedMidway(res *vm.BootResult) bool {
 // diedBeforeUserspace: the guest's kernel panicked (panic=-1 ends the VM)
 // before any guest script printed a marker.
 func diedBeforeUserspace(res *vm.BootResult) bool {
-	return !res.TimedOut && !res.Events.Init && len(res.Events.Results) == 0 && !res.Events.Done &&
-		len(res.Events.Info) == 0 && bytes.Contains(res.Console, []byte("Kernel panic"))
+	return panickedMidway(res) && !res.Events.Init && len(res.Events.Results) == 0 && len(res.Events.Info) == 0
 }
 
 func bootSystemdOnce(t *testing.T, label string, k *vm.Kernel, initrd, disk, name string, appendArgs []string, timeout time.Duration) *vm.BootResult {

@@ -61,9 +61,10 @@ func rights(err error) error {
 // configfs write at a time, and what a heal waits on is the kernel's own
 // work beside it: the device still registering when its uevent arrives, the
 // bind; a second processor can only run the collector and the runtime
-// alongside that work (the reasoning, not measured). On two CPUs, the first LISTEN of 256 sharers of one
-// iSER portal took 346 ms with one processor against 413 ms with two on
-// 7.3.4, and the same (344 against 339 ms) on 6.1 (BENCHMARKS.md). The
+// alongside that work (the reasoning, not measured). On two CPUs, the
+// first LISTEN of 256 sharers of one iSER portal took 346 ms with one
+// processor against 413 ms with two on 7.3.4, and the same (344 against
+// 339 ms) on 6.1 (BENCHMARKS.md). The
 // writes that wait in the kernel (the sharers' iser=1) still go side by
 // side: a goroutine blocked in a system call gives up its processor.
 func oneProcessor() {
