@@ -245,18 +245,15 @@ func (o OSOps) swapAttr(path, from, to string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// One read: a short one is the whole file. configfs hands a show's
+	// whole output (at most a page) to the first read
+	// (simple_read_from_buffer), as a regular file does up to its end;
+	// more than maxAttr bytes is trimAttr's error.
 	buf := make([]byte, maxAttr+1)
-	n := 0
-	for n < len(buf) {
-		m, err := eintr(func() (int, error) { return rawRead(fd, buf[n:]) })
-		if err != nil {
-			rawClose(fd)
-			return "", &fs.PathError{Op: "read", Path: path, Err: err}
-		}
-		if m == 0 {
-			break
-		}
-		n += m
+	n, err := eintr(func() (int, error) { return rawRead(fd, buf) })
+	if err != nil {
+		rawClose(fd)
+		return "", &fs.PathError{Op: "read", Path: path, Err: err}
 	}
 	got, err := trimAttr(path, buf[:n])
 	if err != nil || got != from {
@@ -288,10 +285,51 @@ func (o OSOps) swapAttr(path, from, to string) (string, error) {
 }
 
 // openAttr opens the attribute at path (beneath Root, no symlink followed)
-// with flags; it must be a regular file, checked before the open (opening
-// a device or a FIFO is not harmless) and again on the fd (what was opened
-// is what is written).
+// with flags (O_WRONLY or O_RDWR); it must be a regular file.
+//
+// On configfs (the kernel) one openat2 is the whole open: configfs has no
+// device, FIFO or socket, a directory refuses a write open (EISDIR), a
+// symlink is refused by the resolution and RESOLVE_NO_XDEV keeps the open
+// on configfs' own mount, so what opens is an attribute. Each syscall
+// counts there: under TCG one costs ~40 us, and 256 zeros of sharers took
+// 123 ms (median) through the checked open below against 61 ms through
+// this one (6.1, alternated in one boot).
+//
+// Elsewhere (a copy of the tree, the tests' trees), or when that open is
+// refused, the entry is looked at before the open (opening a device or a
+// FIFO is not harmless) and again on the fd (what was opened is what is
+// written); a refusal is named there.
 func (o OSOps) openAttr(path string, flags int) (int, error) {
+	root, rel, err := o.beneath(path)
+	if err != nil {
+		return -1, err
+	}
+	flags |= unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+	if !o.walk {
+		rfd, err := eintr(func() (int, error) {
+			return rawOpenat(unix.AT_FDCWD, root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		})
+		if err != nil {
+			return -1, &fs.PathError{Op: "open", Path: root, Err: err}
+		}
+		if onConfigfs(rfd) {
+			how := &unix.OpenHow{
+				Flags:   uint64(flags),
+				Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV,
+			}
+			fd, err := eintr(func() (int, error) { return rawOpenat2(rfd, rel, how) })
+			rawClose(rfd)
+			switch err {
+			case nil:
+				return fd, nil
+			case unix.ENOENT:
+				return -1, &fs.PathError{Op: "open", Path: path, Err: err}
+			}
+			// Refused: the checked open below names why.
+		} else {
+			rawClose(rfd)
+		}
+	}
 	dfd, name, root, err := o.parent(path)
 	if err != nil {
 		return -1, err
@@ -304,9 +342,7 @@ func (o OSOps) openAttr(path string, flags int) (int, error) {
 	if err := isAttr(path, root, st.Mode); err != nil {
 		return -1, err
 	}
-	fd, err := eintr(func() (int, error) {
-		return rawOpenat(dfd, name, flags|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	})
+	fd, err := eintr(func() (int, error) { return rawOpenat(dfd, name, flags, 0) })
 	if err == unix.ELOOP {
 		return -1, &symlinkError{path: path, has: "an attribute", root: root}
 	}
