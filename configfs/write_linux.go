@@ -290,10 +290,11 @@ func (o OSOps) swapAttr(path, from, to string) (string, error) {
 // On configfs (the kernel) one openat2 is the whole open: configfs has no
 // device, FIFO or socket, a directory refuses a write open (EISDIR), a
 // symlink is refused by the resolution and RESOLVE_NO_XDEV keeps the open
-// on configfs' own mount, so what opens is an attribute. Each syscall
-// counts there: under TCG one costs ~40 us, and 256 zeros of sharers took
-// 123 ms (median) through the checked open below against 61 ms through
-// this one (6.1, alternated in one boot).
+// on configfs' own mount, so what opens is an attribute. Each system
+// call counts there: under TCG one costs about 40 us, and 256 writes of 0
+// over 0 to sharers' iser took 97 ms (median) in 11 calls each through
+// the checked open below against 55 ms in 7 through this one (6.1,
+// alternated in one boot; BENCHMARKS.md).
 //
 // Elsewhere (a copy of the tree, the tests' trees), or when that open is
 // refused, the entry is looked at before the open (opening a device or a
