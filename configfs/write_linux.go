@@ -21,14 +21,28 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// openDir opens rel, a directory beneath root, with O_PATH.
-func (o OSOps) openDir(root, rel string) (int, error) {
+// openRoot opens root, the configfs root, with O_PATH.
+func openRoot(root string) (int, error) {
 	rfd, err := eintr(func() (int, error) {
 		return rawOpenat(unix.AT_FDCWD, root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	})
 	if err != nil {
 		return -1, &fs.PathError{Op: "open", Path: root, Err: err}
 	}
+	return rfd, nil
+}
+
+// openDir opens rel, a directory beneath root, with O_PATH.
+func (o OSOps) openDir(root, rel string) (int, error) {
+	rfd, err := openRoot(root)
+	if err != nil {
+		return -1, err
+	}
+	return o.openDirAt(rfd, root, rel)
+}
+
+// openDirAt is openDir from rfd, root's fd, which it closes.
+func (o OSOps) openDirAt(rfd int, root, rel string) (int, error) {
 	if !o.walk {
 		how := &unix.OpenHow{
 			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
@@ -306,36 +320,32 @@ func (o OSOps) openAttr(path string, flags int) (int, error) {
 		return -1, err
 	}
 	flags |= unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
-	if !o.walk {
-		rfd, err := eintr(func() (int, error) {
-			return rawOpenat(unix.AT_FDCWD, root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		})
-		if err != nil {
-			return -1, &fs.PathError{Op: "open", Path: root, Err: err}
-		}
-		if onConfigfs(rfd) {
-			how := &unix.OpenHow{
-				Flags:   uint64(flags),
-				Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV,
-			}
-			fd, err := eintr(func() (int, error) { return rawOpenat2(rfd, rel, how) })
-			rawClose(rfd)
-			switch err {
-			case nil:
-				return fd, nil
-			case unix.ENOENT:
-				return -1, &fs.PathError{Op: "open", Path: path, Err: err}
-			}
-			// Refused: the checked open below names why.
-		} else {
-			rawClose(rfd)
-		}
+	rfd, err := openRoot(root)
+	if err != nil {
+		return -1, err
 	}
-	dfd, name, root, err := o.parent(path)
+	if !o.walk && onConfigfs(rfd) {
+		how := &unix.OpenHow{
+			Flags:   uint64(flags),
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV,
+		}
+		fd, err := eintr(func() (int, error) { return rawOpenat2(rfd, rel, how) })
+		switch err {
+		case nil:
+			rawClose(rfd)
+			return fd, nil
+		case unix.ENOENT:
+			rawClose(rfd)
+			return -1, &fs.PathError{Op: "open", Path: path, Err: err}
+		}
+		// Refused: the checked open below names why.
+	}
+	dfd, err := o.openDirAt(rfd, root, filepath.Dir(rel))
 	if err != nil {
 		return -1, err
 	}
 	defer rawClose(dfd)
+	name := filepath.Base(rel)
 	var st unix.Stat_t
 	if err := rawFstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return -1, &fs.PathError{Op: "open", Path: path, Err: err}
