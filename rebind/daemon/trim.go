@@ -89,7 +89,9 @@ func (t *trimmer) Run(ctx context.Context) error {
 // 100 and maxGCPercent), and arms release for releaseAfter; when release
 // fires with no burst collected since, it returns the free heap to the
 // system — then, or at the next quiet if rounds are running (a release
-// is a GC: never in the middle of a heal). A burst that allocates twice the GOGC's before the loop is
+// is a GC: not while rounds follow each other; it can still land in one
+// long round, whose start the policy does not see, BENCHMARKS.md). A
+// burst that allocates twice the GOGC's before the loop is
 // quiet again sets GOGC back to 100: the runtime's own pacing, for a heap
 // that is growing; so does a quiet loop after rounds that allocated less
 // than trimMin since it was last quiet: the bursts GOGC was raised for
