@@ -325,11 +325,7 @@ func (o OSOps) openAttr(path string, flags int) (int, error) {
 		return -1, err
 	}
 	if !o.walk && onConfigfs(rfd) {
-		how := &unix.OpenHow{
-			Flags:   uint64(flags),
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV,
-		}
-		fd, err := eintr(func() (int, error) { return rawOpenat2(rfd, rel, how) })
+		fd, err := openOnConfigfs(rfd, rel, flags)
 		switch err {
 		case nil:
 			rawClose(rfd)
@@ -369,6 +365,19 @@ func (o OSOps) openAttr(path string, flags int) (int, error) {
 		return -1, err
 	}
 	return fd, nil
+}
+
+// openOnConfigfs is openAttr's one openat2 of rel beneath rfd (the
+// root's fd) on configfs: the fd, or the kernel's refusal. On any tree it
+// opens nothing that the checked open refuses but a device, a FIFO or a
+// socket, which configfs cannot hold (openattr_linux_test.go compares the
+// two).
+func openOnConfigfs(rfd int, rel string, flags int) (int, error) {
+	how := &unix.OpenHow{
+		Flags:   uint64(flags),
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV,
+	}
+	return eintr(func() (int, error) { return rawOpenat2(rfd, rel, how) })
 }
 
 // writeClose writes value and a newline to fd in one write(2), and closes
