@@ -511,26 +511,34 @@ func (f *FS) SetISER(portalID string, on bool) error {
 	return nil
 }
 
-// SwapISER writes on to np/<np>/iser when it reads the other value, on
-// one open file; it returns what it read. A write of 1 is refused with the
-// bind error when the address has no RDMA device.
-func (f *FS) SwapISER(portalID string, on bool) (was bool, err error) {
-	iqn, tpg, np, err := ParsePortalID(portalID)
-	if err != nil {
-		return false, err
+// SwapISERs writes on to the np/<np>/iser of each portal of ids, in
+// order, where it reads the other value, on one open file; done is told
+// what each read (true: 1) or its error, and stops the rest by returning
+// false. A write of 1 is refused with the bind error when the address
+// has no RDMA device. The error is the run's own (an id that names no
+// portal: nothing written, done never called).
+func (f *FS) SwapISERs(ids []string, on bool, done func(i int, was bool, err error) bool) error {
+	paths := make([]string, len(ids))
+	for i, id := range ids {
+		iqn, tpg, np, err := ParsePortalID(id)
+		if err != nil {
+			return err
+		}
+		paths[i] = f.iscsi(iqn, tpg, "np", np, "iser")
 	}
 	from, to := "1", "0"
 	if on {
 		from, to = to, from
 	}
-	got, err := f.ops.SwapAttr(f.iscsi(iqn, tpg, "np", np, "iser"), from, to)
-	switch {
-	case err != nil:
-		return false, fmt.Errorf("lio portal %s: write iser=%s: %w", portalID, to, err)
-	case got != "0" && got != "1":
-		return false, fmt.Errorf("lio portal %s: iser reads %q, want 0 or 1; not written", portalID, got)
-	}
-	return got == "1", nil
+	return f.ops.SwapAttrs(paths, from, to, func(i int, got string, err error) bool {
+		switch {
+		case err != nil:
+			err = fmt.Errorf("lio portal %s: write iser=%s: %w", ids[i], to, err)
+		case got != "0" && got != "1":
+			err = fmt.Errorf("lio portal %s: iser reads %q, want 0 or 1; not written", ids[i], got)
+		}
+		return done(i, err == nil && got == "1", err)
+	})
 }
 
 // Subsystems lists nvmet/subsystems/*.

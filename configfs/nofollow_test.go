@@ -8,9 +8,11 @@ package configfs_test
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -438,6 +440,18 @@ func TestWritesOutsideRootRefused(t *testing.T) {
 	}
 }
 
+// swapISER is f.SwapISERs of one portal: what it read, or the error.
+func swapISER(f *configfs.FS, id string, on bool) (was bool, err error) {
+	rerr := f.SwapISERs([]string{id}, on, func(_ int, w bool, werr error) bool {
+		was, err = w, werr
+		return true
+	})
+	if rerr != nil {
+		return false, rerr
+	}
+	return was, err
+}
+
 // SwapISER reads iser and writes the other value on the same file only
 // when it reads what the step expects; it refuses what WriteAttr refuses
 // (a symlink as the attribute or on the way, a FIFO) without writing.
@@ -450,6 +464,7 @@ func TestSwapISER(t *testing.T) {
 			dir := portalDir(t, root, iqn, "tpgt_1", np, "1\n")
 			iser := filepath.Join(dir, "iser")
 			f := configfs.NewWithOps(root, r.ops(root))
+			swap := func(id string, on bool) (bool, error) { return swapISER(f, id, on) }
 			for _, c := range []struct {
 				on, was bool
 				after   string
@@ -459,7 +474,7 @@ func TestSwapISER(t *testing.T) {
 				{true, false, "1\n"},  // reads 0: written
 				{true, true, "1\n"},   // reads 1: done already
 			} {
-				was, err := f.SwapISER(portal, c.on)
+				was, err := swap(portal, c.on)
 				if err != nil || was != c.was {
 					t.Fatalf("SwapISER(%v) = %v, %v; want %v", c.on, was, err, c.was)
 				}
@@ -468,13 +483,13 @@ func TestSwapISER(t *testing.T) {
 				}
 			}
 			put(t, iser, "2\n")
-			if _, err := f.SwapISER(portal, true); err == nil || !strings.Contains(err.Error(), `iser reads "2"`) {
+			if _, err := swap(portal, true); err == nil || !strings.Contains(err.Error(), `iser reads "2"`) {
 				t.Errorf("iser reading 2: %v", err)
 			}
 			if b, _ := os.ReadFile(iser); string(b) != "2\n" {
 				t.Errorf("iser reading 2 was written: %q", b)
 			}
-			if _, err := f.SwapISER(iqn+"/tpgt_1/192.0.2.9:3260", true); !errors.Is(err, fs.ErrNotExist) {
+			if _, err := swap(iqn+"/tpgt_1/192.0.2.9:3260", true); !errors.Is(err, fs.ErrNotExist) {
 				t.Errorf("a missing portal: %v, want ErrNotExist", err)
 			}
 			if err := os.Remove(iser); err != nil {
@@ -483,7 +498,7 @@ func TestSwapISER(t *testing.T) {
 			if err := syscall.Mkfifo(iser, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			_, err := f.SwapISER(portal, true)
+			_, err := swap(portal, true)
 			wantRefused(t, err, "FIFO")
 			// A character device (configfs cannot hold one; a test's tree
 			// can): refused, nothing read or written through it (it is
@@ -492,7 +507,7 @@ func TestSwapISER(t *testing.T) {
 				t.Fatal(err)
 			}
 			if err := syscall.Mknod(iser, syscall.S_IFCHR|0o644, 1<<8|5); err == nil {
-				_, err = f.SwapISER(portal, true)
+				_, err = swap(portal, true)
 				wantRefused(t, err, "character device")
 				os.Remove(iser)
 			} else {
@@ -501,10 +516,81 @@ func TestSwapISER(t *testing.T) {
 			out := t.TempDir()
 			put(t, filepath.Join(out, "iser"), "0\n")
 			symlink(t, filepath.Join(out, "iser"), iser)
-			_, err = f.SwapISER(portal, true)
+			_, err = swap(portal, true)
 			wantRefused(t, err, "a symlink where configfs has an attribute; not followed")
 			if b, _ := os.ReadFile(filepath.Join(out, "iser")); string(b) != "0\n" {
 				t.Errorf("written through a symlink: %q", b)
+			}
+		})
+	}
+}
+
+// SwapISERs makes a run of swaps in order through one open of the root:
+// each told to done as made (a missing portal and an admin's 0 among
+// them do not stop the rest), done's false stops the run, and an id that
+// names no portal refuses the run before any write.
+func TestSwapISERsRun(t *testing.T) {
+	const np = "192.0.2.1:3260"
+	iqn := func(i int) string { return fmt.Sprintf("iqn.2024-01.lab:t%d", i) }
+	for _, r := range resolvers {
+		t.Run(r.name, func(t *testing.T) {
+			root := osTree(t, nil, nil)
+			var ids, isers []string
+			for i, v := range []string{"1\n", "", "0\n", "1\n"} {
+				ids = append(ids, iqn(i)+"/tpgt_1/"+np)
+				if v != "" {
+					isers = append(isers, filepath.Join(portalDir(t, root, iqn(i), "tpgt_1", np, v), "iser"))
+				} else {
+					isers = append(isers, "")
+				}
+			}
+			f := configfs.NewWithOps(root, r.ops(root))
+			read := func() (s []string) {
+				for _, p := range isers {
+					b, _ := os.ReadFile(p)
+					s = append(s, strings.TrimSpace(string(b)))
+				}
+				return s
+			}
+			bad := ids[len(ids)-1] + "/x"
+			if err := f.SwapISERs(append(slices.Clone(ids), bad), false, func(int, bool, error) bool {
+				t.Error("done called for a run refused")
+				return true
+			}); err == nil || !strings.Contains(err.Error(), "want <iqn>/tpgt_<N>/<ip>:<port>") {
+				t.Errorf("a run naming %q: %v, want it refused", bad, err)
+			}
+			if got := read(); !slices.Equal(got, []string{"1", "", "0", "1"}) {
+				t.Fatalf("a refused run wrote: %q", got)
+			}
+			var told []string
+			err := f.SwapISERs(ids, false, func(i int, was bool, err error) bool {
+				told = append(told, fmt.Sprintf("%d:%v:%v", i, was, errors.Is(err, fs.ErrNotExist)))
+				if err != nil && !errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("portal %d: %v", i, err)
+				}
+				return true
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := []string{"0:true:false", "1:false:true", "2:false:false", "3:true:false"}; !slices.Equal(told, want) {
+				t.Errorf("told %q, want %q", told, want)
+			}
+			if got := read(); !slices.Equal(got, []string{"0", "", "0", "0"}) {
+				t.Errorf("after the run: %q, want every present portal at 0", got)
+			}
+			told = nil
+			if err := f.SwapISERs(ids, true, func(i int, was bool, err error) bool {
+				told = append(told, fmt.Sprint(i))
+				return false
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(told, []string{"0"}) {
+				t.Errorf("told %q after done stopped the run at its first", told)
+			}
+			if got := read(); !slices.Equal(got, []string{"1", "", "0", "0"}) {
+				t.Errorf("after a run stopped at its first: %q, want only the first at 1", got)
 			}
 		})
 	}

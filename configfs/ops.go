@@ -47,11 +47,14 @@ type Ops interface {
 	// Mkdir creates a configfs object (mkdir path): the kernel makes its
 	// attributes and default children. Boot completion's one creation.
 	Mkdir(path string) error
-	// SwapAttr reads an attribute and, when it reads from, writes to, on
-	// one open file: the precondition of a write checked with the write.
-	// It returns what it read (trimmed); written only when that is from.
-	// from and to are of one length (a regular file is written in place).
-	SwapAttr(path, from, to string) (string, error)
+	// SwapAttrs reads each attribute of paths, in order, and, when it
+	// reads from, writes to, on one open file: the precondition of a write
+	// checked with the write. done is told what each read (trimmed; written
+	// only when that is from) or its error, and stops the rest by
+	// returning false. from and to are of one length (a regular file is
+	// written in place). The error is the run's own (a path outside the
+	// root, the root not opened: nothing written, done never called).
+	SwapAttrs(paths []string, from, to string, done func(i int, got string, err error) bool) error
 }
 
 // Attrs is what ReadAttrs found in one directory.
@@ -219,10 +222,13 @@ func (o OSOps) Mkdir(path string) error { return o.mkdir(path) }
 // one write(2); a partial write or a short count is an error.
 func (o OSOps) WriteAttr(path, value string) error { return o.writeAttr(path, value) }
 
-// SwapAttr implements Ops: the attribute is reached and checked as by
-// WriteAttr, opened once for reading and writing (configfs takes a write
-// after a read on the same file), and written only when it reads from.
-func (o OSOps) SwapAttr(path, from, to string) (string, error) { return o.swapAttr(path, from, to) }
+// SwapAttrs implements Ops: each attribute is reached and checked as by
+// WriteAttr, from one open of Root for the run, opened once for reading
+// and writing (configfs takes a write after a read on the same file), and
+// written only when it reads from.
+func (o OSOps) SwapAttrs(paths []string, from, to string, done func(int, string, error) bool) error {
+	return o.swapAttrs(paths, from, to, done)
+}
 
 // trimAttr is an attribute's value as read: bounded, trimmed.
 func trimAttr(path string, b []byte) (string, error) {

@@ -251,11 +251,44 @@ func (o OSOps) writeAttr(path, value string) error {
 	return writeClose(fd, path, value)
 }
 
-func (o OSOps) swapAttr(path, from, to string) (string, error) {
+// swapAttrs is SwapAttrs: one open of the root (and one look at what it
+// is) for the run; each attribute opened from it, read once, written when
+// it reads from, closed.
+func (o OSOps) swapAttrs(paths []string, from, to string, done func(int, string, error) bool) error {
 	if len(from) != len(to) {
-		return "", fmt.Errorf("configfs: %s: swap of %q for %q: values of different lengths", path, from, to)
+		return fmt.Errorf("configfs: swap of %q for %q: values of different lengths", from, to)
 	}
-	fd, err := o.openAttr(path, unix.O_RDWR)
+	if len(paths) == 0 {
+		return nil
+	}
+	rels := make([]string, len(paths))
+	var root string
+	for i, p := range paths {
+		r, rel, err := o.beneath(p)
+		if err != nil {
+			return err
+		}
+		root, rels[i] = r, rel
+	}
+	rfd, err := openRoot(root)
+	if err != nil {
+		return err
+	}
+	defer rawClose(rfd)
+	kernel := !o.walk && onConfigfs(rfd)
+	buf := make([]byte, maxAttr+1)
+	for i, p := range paths {
+		if got, err := o.swapAt(rfd, kernel, root, rels[i], p, from, to, buf); !done(i, got, err) {
+			break
+		}
+	}
+	return nil
+}
+
+// swapAt is one swap of SwapAttrs: path (rel beneath root, whose fd is
+// rfd) opened, read into buf, written when it reads from.
+func (o OSOps) swapAt(rfd int, kernel bool, root, rel, path, from, to string, buf []byte) (string, error) {
+	fd, err := o.openAttrAt(rfd, kernel, root, rel, path, unix.O_RDWR)
 	if err != nil {
 		return "", err
 	}
@@ -263,7 +296,6 @@ func (o OSOps) swapAttr(path, from, to string) (string, error) {
 	// whole output (at most a page) to the first read
 	// (simple_read_from_buffer), as a regular file does up to its end;
 	// more than maxAttr bytes is trimAttr's error.
-	buf := make([]byte, maxAttr+1)
 	n, err := eintr(func() (int, error) { return rawRead(fd, buf) })
 	if err != nil {
 		rawClose(fd)
@@ -300,6 +332,21 @@ func (o OSOps) swapAttr(path, from, to string) (string, error) {
 
 // openAttr opens the attribute at path (beneath Root, no symlink followed)
 // with flags (O_WRONLY or O_RDWR); it must be a regular file.
+func (o OSOps) openAttr(path string, flags int) (int, error) {
+	root, rel, err := o.beneath(path)
+	if err != nil {
+		return -1, err
+	}
+	rfd, err := openRoot(root)
+	if err != nil {
+		return -1, err
+	}
+	defer rawClose(rfd)
+	return o.openAttrAt(rfd, !o.walk && onConfigfs(rfd), root, rel, path, flags)
+}
+
+// openAttrAt is openAttr from rfd, root's fd, which it leaves open; kernel
+// says that rfd is configfs itself (onConfigfs).
 //
 // On configfs (the kernel) one openat2 is the whole open: configfs has no
 // device, FIFO or socket, a directory refuses a write open (EISDIR), a
@@ -308,35 +355,31 @@ func (o OSOps) swapAttr(path, from, to string) (string, error) {
 // call counts there: under TCG one costs about 40 us, and 256 writes of 0
 // over 0 to sharers' iser took 97 ms (median) in 11 calls each through
 // the checked open below against 55 ms in 7 through this one (6.1,
-// alternated in one boot; BENCHMARKS.md).
+// alternated in one boot; BENCHMARKS.md); a run of swaps (SwapAttrs)
+// opens and looks at the root once, 4 calls a swap.
 //
 // Elsewhere (a copy of the tree, the tests' trees), or when that open is
 // refused, the entry is looked at before the open (opening a device or a
 // FIFO is not harmless) and again on the fd (what was opened is what is
 // written); a refusal is named there.
-func (o OSOps) openAttr(path string, flags int) (int, error) {
-	root, rel, err := o.beneath(path)
-	if err != nil {
-		return -1, err
-	}
+func (o OSOps) openAttrAt(rfd int, kernel bool, root, rel, path string, flags int) (int, error) {
 	flags |= unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
-	rfd, err := openRoot(root)
-	if err != nil {
-		return -1, err
-	}
-	if !o.walk && onConfigfs(rfd) {
+	if kernel {
 		fd, err := openOnConfigfs(rfd, rel, flags)
 		switch err {
 		case nil:
-			rawClose(rfd)
 			return fd, nil
 		case unix.ENOENT:
-			rawClose(rfd)
 			return -1, &fs.PathError{Op: "open", Path: path, Err: err}
 		}
 		// Refused: the checked open below names why.
 	}
-	dfd, err := o.openDirAt(rfd, root, filepath.Dir(rel))
+	// openDirAt closes the fd it is given: a copy of the root's.
+	dup, err := unix.FcntlInt(uintptr(rfd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1, &fs.PathError{Op: "open", Path: root, Err: err}
+	}
+	dfd, err := o.openDirAt(dup, root, filepath.Dir(rel))
 	if err != nil {
 		return -1, err
 	}

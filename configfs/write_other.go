@@ -109,6 +109,23 @@ func (o OSOps) writeAttr(path, value string) error {
 	return f.Close()
 }
 
+func (o OSOps) swapAttrs(paths []string, from, to string, done func(int, string, error) bool) error {
+	if len(from) != len(to) {
+		return fmt.Errorf("configfs: swap of %q for %q: values of different lengths", from, to)
+	}
+	for _, p := range paths {
+		if _, _, err := o.beneath(p); err != nil {
+			return err
+		}
+	}
+	for i, p := range paths {
+		if got, err := o.swapAttr(p, from, to); !done(i, got, err) {
+			break
+		}
+	}
+	return nil
+}
+
 func (o OSOps) swapAttr(path, from, to string) (string, error) {
 	if len(from) != len(to) {
 		return "", fmt.Errorf("configfs: %s: swap of %q for %q: values of different lengths", path, from, to)

@@ -348,25 +348,51 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 				}
 				continue
 			}
-			// The precondition (CheckISER) is read on the file written.
-			was, err := e.opt.Tree.SwapISER(s.Key.ID, s.On)
-			wrote, err := e.swapped(s, was, err, tm.lap(), skip, tm)
+			// A run of zeros is one call (one open of the configfs root),
+			// each judged, counted and fault-pointed as it is made; the
+			// first iser=1, which makes the listener, goes alone. The
+			// precondition (CheckISER) is read on the file written.
+			runEnd = i + 1
+			for !s.On && runEnd < len(h.Steps) && h.Steps[runEnd].Op == OpSetISER && !h.Steps[runEnd].On {
+				runEnd++
+			}
+			var run []Step
+			var ids []string
+			for _, r := range h.Steps[i:runEnd] {
+				if !skip[r.Key] {
+					run, ids = append(run, r), append(ids, r.Key.ID)
+				}
+			}
+			var stop error
+			err := e.opt.Tree.SwapISERs(ids, s.On, func(j int, was bool, err error) bool {
+				r := run[j]
+				wrote, err := e.swapped(r, was, err, tm.lap(), skip, tm)
+				switch {
+				case err != nil:
+					stop = err
+					return false
+				case !wrote:
+					return true
+				case !r.On:
+					nOff++
+					if nOff == 1 && e.fault("after-iser-0") || nOff > 1 && nOff == offs && e.fault("after-all-iser-0") {
+						stop = ErrCrashed
+						return false
+					}
+				default:
+					nOn++
+					if nOn == 1 && e.fault("after-iser-1") {
+						stop = ErrCrashed
+						return false
+					}
+				}
+				return true
+			})
+			if err == nil {
+				err = stop
+			}
 			if err != nil {
 				return nil, err
-			}
-			if !wrote {
-				continue
-			}
-			if !s.On {
-				nOff++
-				if nOff == 1 && e.fault("after-iser-0") || nOff > 1 && nOff == offs && e.fault("after-all-iser-0") {
-					return nil, ErrCrashed
-				}
-			} else {
-				nOn++
-				if nOn == 1 && e.fault("after-iser-1") {
-					return nil, ErrCrashed
-				}
 			}
 		}
 	}
@@ -414,7 +440,7 @@ func (e *Engine) attachISERs(run []Step, skip map[Key]bool, tm *healTimes) (int,
 		go func() {
 			defer func() { <-slots; wg.Done() }()
 			t := time.Now()
-			was, err := e.opt.Tree.SwapISER(s.Key.ID, s.On)
+			was, err := e.swapOne(s)
 			took := time.Since(t)
 			mu.Lock()
 			defer mu.Unlock()
@@ -431,7 +457,20 @@ func (e *Engine) attachISERs(run []Step, skip map[Key]bool, tm *healTimes) (int,
 	return wrote, first
 }
 
-// swapped judges an iser write (Tree.SwapISER, its precondition read on
+// swapOne is Tree.SwapISERs of s's portal alone: what it read, or the
+// error (its own or the run's).
+func (e *Engine) swapOne(s Step) (was bool, err error) {
+	rerr := e.opt.Tree.SwapISERs([]string{s.Key.ID}, s.On, func(_ int, w bool, werr error) bool {
+		was, err = w, werr
+		return true
+	})
+	if rerr != nil {
+		return false, rerr
+	}
+	return was, err
+}
+
+// swapped judges an iser write (Tree.SwapISERs, its precondition read on
 // the file written) and counts it: true when it wrote, the error when it
 // was refused. A portal gone, or set to 0 by the admin meanwhile, is
 // marked in skip (its later steps are not made); one already at 1 is

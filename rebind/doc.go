@@ -46,7 +46,8 @@
 //   - apply (apply.go): the only writer of configfs and the journal, each
 //     step after its precondition (steps.go: Step.Pre, data that apply
 //     checks and `plan` describes). An iser write reads its precondition
-//     on the file it writes (Tree.SwapISER); the journal batch before it
+//     on the file it writes (Tree.SwapISERs: a run of zeros is one call,
+//     one open of the configfs root); the journal batch before it
 //     takes the plan's reading of iser as its precondition while the
 //     configfs model's Generation has not moved since the observation
 //     (Observed.unchanged), and reads it again otherwise; after the first iser=1, a

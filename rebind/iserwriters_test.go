@@ -26,7 +26,22 @@ type sideBySide struct {
 	early           atomic.Bool
 }
 
-func (s *sideBySide) SwapISER(id string, on bool) (bool, error) {
+func (s *sideBySide) SwapISERs(ids []string, on bool, done func(int, bool, error) bool) error {
+	for i, id := range ids {
+		stop := false
+		err := s.swap(id, on, func(_ int, was bool, err error) bool {
+			stop = !done(i, was, err)
+			return !stop
+		})
+		if err != nil || stop {
+			return err
+		}
+	}
+	return nil
+}
+
+// swap is one portal's write, counted and slowed.
+func (s *sideBySide) swap(id string, on bool, done func(int, bool, error) bool) error {
 	n := s.now.Add(1)
 	defer s.now.Add(-1)
 	for m := s.most.Load(); n > m && !s.most.CompareAndSwap(m, n); m = s.most.Load() {
@@ -38,7 +53,7 @@ func (s *sideBySide) SwapISER(id string, on bool) (bool, error) {
 		defer s.onDone.Add(1)
 	}
 	time.Sleep(time.Millisecond)
-	return s.Tree.SwapISER(id, on)
+	return s.Tree.SwapISERs([]string{id}, on, done)
 }
 
 // The sharers of a shared portal are written 1 side by side after the

@@ -52,9 +52,10 @@ type Tree interface {
 	// RelinkAll creates links of a port in order, telling done each
 	// result (false stops); its error is the port's (nothing created).
 	RelinkAll(portID string, links []configfs.Link, done func(i int, err error) bool) error
-	// SwapISER writes iser=on where it reads the other value (on one
-	// open file) and returns what it read.
-	SwapISER(portalID string, on bool) (was bool, err error)
+	// SwapISERs writes iser=on to portals in order where it reads the
+	// other value (on one open file), telling done what each read or its
+	// error (false stops); its error is the run's (nothing written).
+	SwapISERs(portalIDs []string, on bool, done func(i int, was bool, err error) bool) error
 }
 
 // Store keeps the intent journal and the device pins (rebind/state).

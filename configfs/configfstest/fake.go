@@ -207,7 +207,9 @@ func (a adminOps) Mkdir(p string) error  { return a.do(Write{Op: "mkdir", Path: 
 func (a adminOps) WriteAttr(p, v string) error {
 	return a.do(Write{Op: "write", Path: p, Value: v}, false)
 }
-func (a adminOps) SwapAttr(p, from, to string) (string, error) { return a.swap(p, from, to, false) }
+func (a adminOps) SwapAttrs(paths []string, from, to string, done func(int, string, error) bool) error {
+	return a.swaps(paths, from, to, done, false)
+}
 func (a adminOps) RemoveLinks(dir string, names []string, done func(int, error) bool) error {
 	return a.removeLinks(dir, names, done, false)
 }
@@ -366,9 +368,20 @@ func (k *Fake) symlinks(dir string, targets, names []string, done func(int, erro
 	return nil
 }
 
-// SwapAttr implements configfs.Ops: the read and the write (logged as a
+// SwapAttrs implements configfs.Ops: each read and write (logged as a
 // write, when made) under the fake kernel's lock.
-func (k *Fake) SwapAttr(path, from, to string) (string, error) { return k.swap(path, from, to, true) }
+func (k *Fake) SwapAttrs(paths []string, from, to string, done func(int, string, error) bool) error {
+	return k.swaps(paths, from, to, done, true)
+}
+
+func (k *Fake) swaps(paths []string, from, to string, done func(int, string, error) bool, logged bool) error {
+	for i, p := range paths {
+		if got, err := k.swap(p, from, to, logged); !done(i, got, err) {
+			break
+		}
+	}
+	return nil
+}
 
 func (k *Fake) swap(path, from, to string, logged bool) (string, error) {
 	k.mu.Lock()

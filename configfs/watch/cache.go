@@ -283,10 +283,11 @@ func (c cacheOps) WriteAttr(path, value string) error {
 	return err
 }
 
-func (c cacheOps) SwapAttr(path, from, to string) (string, error) {
-	got, err := c.m.ops.SwapAttr(path, from, to)
-	c.m.touchAttr(filepath.Clean(path))
-	return got, err
+func (c cacheOps) SwapAttrs(paths []string, from, to string, done func(int, string, error) bool) error {
+	return c.m.ops.SwapAttrs(paths, from, to, func(i int, got string, err error) bool {
+		c.m.touchAttr(filepath.Clean(paths[i]))
+		return done(i, got, err)
+	})
 }
 
 // touchEntry marks what creating or removing path changes: its parent's

@@ -51,8 +51,8 @@ type Stats struct {
 // implements the engine's Tree (rebind.Tree). Safe for concurrent use.
 type Model struct {
 	mu sync.Mutex
-	// swapping counts the iser writes made outside mu (SwapISER) and not
-	// yet marked: while one is, a rescan does not compare (the model's
+	// swapping counts the runs of iser writes made outside mu (SwapISERs)
+	// not yet over: while one is, a rescan does not compare (the model's
 	// answer and the rescan's may differ by that write).
 	swapping int
 	fs       *configfs.FS // the real tree: writes, and reads in fallback
@@ -542,24 +542,29 @@ func (m *Model) RelinkAll(portID string, links []configfs.Link, done func(int, e
 	})
 }
 
-// SwapISER is configfs.FS.SwapISER; the model marks the portal changed.
-// The write is made outside the model's lock: the writes of a shared
-// portal's sharers run side by side (each iser=1 waits for the modprobe
-// the kernel spawns), and a reader meanwhile sees the portal as before
-// the write until it is marked (a rescan meanwhile does not compare:
-// swapping).
-func (m *Model) SwapISER(portalID string, on bool) (bool, error) {
+// SwapISERs is configfs.FS.SwapISERs; the model marks each portal
+// changed as it is written. The writes are made outside the model's lock:
+// the writes of a shared portal's sharers run side by side (each iser=1
+// waits for the modprobe the kernel spawns), and a reader meanwhile sees
+// a portal as before its write until it is marked (a rescan meanwhile
+// does not compare: swapping).
+func (m *Model) SwapISERs(ids []string, on bool, done func(i int, was bool, err error) bool) error {
 	m.mu.Lock()
 	m.swapping++
 	m.mu.Unlock()
-	was, err := m.fs.SwapISER(portalID, on)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.swapping--
-	if iqn, tpg, np, perr := configfs.ParsePortalID(portalID); perr == nil {
-		m.touchAttr(filepath.Join(m.root, "target", "iscsi", iqn, tpg, "np", np, "iser"))
-	}
-	return was, err
+	defer func() {
+		m.mu.Lock()
+		m.swapping--
+		m.mu.Unlock()
+	}()
+	return m.fs.SwapISERs(ids, on, func(i int, was bool, err error) bool {
+		if iqn, tpg, np, perr := configfs.ParsePortalID(ids[i]); perr == nil {
+			m.mu.Lock()
+			m.touchAttr(filepath.Join(m.root, "target", "iscsi", iqn, tpg, "np", np, "iser"))
+			m.mu.Unlock()
+		}
+		return done(i, was, err)
+	})
 }
 
 // SetISER is configfs.FS.SetISER; the model marks the portal changed.
