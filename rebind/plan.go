@@ -404,6 +404,13 @@ func planEndpoint(d *decision, g *group, obs *Observed, mem Memory, cfg Config) 
 	if t := settleLook(ep, v, obs); !t.IsZero() && (d.wakeAt.IsZero() || t.Before(d.wakeAt)) {
 		d.timed, d.wakeAt = true, t
 	}
+	shared := ""
+	if len(es.Keys) > 1 && ep.Kind == KindLIO {
+		shared = fmt.Sprintf(" (iSER listener shared by %d portals)", len(es.Keys))
+	}
+	if slices.ContainsFunc(keys, func(k Key) bool { return mem.Forced[k] }) {
+		d.timed = true
+	}
 	for i, hd := range g.holders {
 		it := located(hd.key, ep, v.Carrier)
 		it.Managed = true
@@ -418,9 +425,7 @@ func planEndpoint(d *decision, g *group, obs *Observed, mem Memory, cfg Config) 
 		case StateStranded:
 			it.Device = v.EntryName
 		}
-		if len(es.Keys) > 1 && ep.Kind == KindLIO {
-			it.Reason += fmt.Sprintf(" (iSER listener shared by %d portals)", len(es.Keys))
-		}
+		it.Reason += shared
 		if hd.intent != nil || hd.boot != nil {
 			d.timed = true
 		}
@@ -441,11 +446,6 @@ func planEndpoint(d *decision, g *group, obs *Observed, mem Memory, cfg Config) 
 			it.Reason = "iser is 0: no iSER listener configured"
 			if v.State == StateListening {
 				it.Reason += " (the address's iSER listener belongs to other portals)"
-			}
-		}
-		for _, k := range keys {
-			if mem.Forced[k] {
-				d.timed = true
 			}
 		}
 		d.items[i] = it
