@@ -408,9 +408,6 @@ func planEndpoint(d *decision, g *group, obs *Observed, mem Memory, cfg Config) 
 	if len(es.Keys) > 1 && ep.Kind == KindLIO {
 		shared = fmt.Sprintf(" (iSER listener shared by %d portals)", len(es.Keys))
 	}
-	if slices.ContainsFunc(keys, func(k Key) bool { return mem.Forced[k] }) {
-		d.timed = true
-	}
 	for i, hd := range g.holders {
 		it := located(hd.key, ep, v.Carrier)
 		it.Managed = true
@@ -449,6 +446,9 @@ func planEndpoint(d *decision, g *group, obs *Observed, mem Memory, cfg Config) 
 			}
 		}
 		d.items[i] = it
+	}
+	if slices.ContainsFunc(keys, func(k Key) bool { return mem.Forced[k] }) {
+		d.timed = true
 	}
 	if _, ok := mem.NextTry[ep]; ok {
 		d.timed = true
