@@ -72,10 +72,14 @@
 // when it is (un)mounted; after
 // Invalidate (the caller's module uevents); and at the first read
 // RescanEvery (10 minutes) after the last one, or on Rescan. The last two
-// are trusted: what the model would have answered is compared, object by
-// object, with what the rescan read, and every difference is logged
-// ("configfs model disagreed with a rescan") and counted in
-// Stats.Disagreements — a bug, since no event was lost. The rescan wins.
+// are trusted, and check before they rebuild: the tree is read whole
+// around the model (configfs.FS over the same Ops, no cache, no watch)
+// and compared, object by object, with what the model answers. When every
+// object agrees the model is kept as it is — cache, watches and
+// Generation — so an idle daemon's periodic rescan costs one read of the
+// tree and nothing after it. Every difference is logged ("configfs model
+// disagreed with a rescan") and counted in Stats.Disagreements — a bug,
+// since no event was lost — and the model is rebuilt: the rescan wins.
 //
 // # Limits
 //

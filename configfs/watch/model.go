@@ -299,16 +299,46 @@ func (m *Model) identChanged() string {
 
 func (m *Model) identDirs() []string { return m.topDirs()[2:] }
 
-// rescan forgets the cache and reads configfs whole, watching it anew.
-// When the model trusted itself (a periodic or requested rescan), what it
-// would have answered is compared with what the rescan read.
+// rescan reads configfs whole. A model with no reason to doubt itself (a
+// periodic or requested rescan: trusted) is checked first: what it would
+// answer is compared with a read of the tree that bypasses it, and when
+// the two agree it stays as it is — its cache, its watches, its
+// generation — so the check costs the read alone, the most of an idle
+// daemon's CPU (BENCHMARKS.md). A difference is a bug: logged with both
+// values, counted, and the model is rebuilt. A model that could not trust
+// itself (an overflow, a watch lost, a module loaded, a tree replaced,
+// watches run out) is rebuilt without a check.
 func (m *Model) rescan(trusted bool, why string) {
-	var before map[string]string
-	if trusted && !m.fallback && m.swapping == 0 {
-		before = snapshot(modelAnswers{m})
-	}
 	m.stats.Rescans++
 	m.pending = ""
+	m.lastRescan = m.opts.Now()
+	if trusted && !m.fallback && m.swapping == 0 && m.agrees() {
+		m.log.Debug("configfs rescanned: the model agrees", "why", why, "watches", len(m.byWD))
+		return
+	}
+	m.rebuild(why)
+}
+
+// agrees compares what the model answers with what configfs answers now,
+// read around the model, and reports whether every object is the same;
+// each one that is not is logged and counted as a disagreement.
+func (m *Model) agrees() bool {
+	before := snapshot(modelAnswers{m})
+	after := snapshot(m.fs)
+	same := true
+	for _, k := range unionKeys(before, after) {
+		if before[k] != after[k] {
+			same = false
+			m.stats.Disagreements++
+			m.log.Warn("configfs model disagreed with a rescan", "object", k, "model", before[k], "rescan", after[k])
+		}
+	}
+	return same
+}
+
+// rebuild forgets the cache and reads configfs whole through it, watching
+// every directory anew.
+func (m *Model) rebuild(why string) {
 	m.fallback, m.stats.Fallback = false, false
 	old := m.byWD
 	m.byWD, m.rootNode, m.big = map[int32]*node{}, nil, nil
@@ -322,23 +352,13 @@ func (m *Model) rescan(trusted bool, why string) {
 	for _, d := range m.identDirs() {
 		m.idents[d] = m.identOf(d)
 	}
-	after := snapshot(m.cfs)
+	snapshot(m.cfs) // every answer read once: the cache filled, each directory watched
 	for wd := range old {
 		if m.byWD[wd] == nil {
 			unix.InotifyRmWatch(m.fd, uint32(wd))
 		}
 	}
-	m.lastRescan = m.opts.Now()
 	m.log.Debug("configfs rescanned", "why", why, "watches", len(m.byWD), "fallback", m.fallback)
-	if before == nil {
-		return
-	}
-	for _, k := range unionKeys(before, after) {
-		if before[k] != after[k] {
-			m.stats.Disagreements++
-			m.log.Warn("configfs model disagreed with a rescan", "object", k, "model", before[k], "rescan", after[k])
-		}
-	}
 }
 
 // answers is the read side of the Tree: configfs.FS, or the model.
@@ -431,7 +451,7 @@ func (m *Model) Ports() ([]configfs.Port, error) {
 
 // Generation is a token of what the model answers: two calls that return
 // the same token (ok) saw no change of the tree in between — no event, no
-// rescan, no write — and no read in between was answered by configfs
+// rebuild, no write — and no read in between was answered by configfs
 // without being kept (an error, an unwatched directory), so every read
 // made between them gave the answer a read now would give. ok is false
 // while reads go to configfs (fallback). It drains pending events first.

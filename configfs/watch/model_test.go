@@ -503,6 +503,38 @@ func TestPeriodicRescanFindsDisagreement(t *testing.T) {
 	}
 }
 
+// TestPeriodicRescanThatAgreesKeepsTheModel: a periodic rescan that
+// finds the model right leaves it as it is: no watch set again, no read
+// answered differently, the generation held; the model still follows the
+// tree after it.
+func TestPeriodicRescanThatAgreesKeepsTheModel(t *testing.T) {
+	now := time.Unix(1e9, 0)
+	w := newWorld(t, t.TempDir(), basic, Options{RescanEvery: time.Minute, Now: func() time.Time { return now }})
+	w.same("start")
+	tok, _ := w.m.Generation()
+	watches := w.m.Stats().Watches
+	var added []string
+	w.m.mu.Lock()
+	w.m.addWatchHook = func(path string) error { added = append(added, path); return nil }
+	w.m.mu.Unlock()
+	now = now.Add(time.Minute)
+	if got, _ := w.m.Generation(); got != tok {
+		t.Errorf("Generation %d after a rescan that agreed, want %d", got, tok)
+	}
+	s := w.m.Stats()
+	if s.Rescans != 2 || s.Disagreements != 0 || s.Watches != watches || len(added) != 0 {
+		t.Errorf("stats %+v, watches set again %q: want the periodic rescan, no disagreement, the %d watches kept", s, added, watches)
+	}
+	w.same("after the periodic rescan")
+	if err := w.admin().WriteAttr(w.path("nvmet/ports/1/addr_traddr"), "198.51.100.1"); err != nil {
+		t.Fatal(err)
+	}
+	w.same("an admin write after it")
+	if s := w.m.Stats(); s.Rescans != 2 {
+		t.Errorf("stats %+v: the admin write after the rescan was not followed by its event", s)
+	}
+}
+
 // TestPeriodicRescanChecksWholeAnswers: a stale whole answer (the memo
 // of Ports) is a disagreement too.
 func TestPeriodicRescanChecksWholeAnswers(t *testing.T) {
@@ -610,8 +642,9 @@ func TestClose(t *testing.T) {
 	}
 }
 
-// Generation holds while nothing changes, reads included, and moves at
-// every change: the model's own writes, an admin's (its event), a rescan.
+// Generation holds while nothing changes, reads and a rescan that finds
+// the model right included, and moves at every change: the model's own
+// writes, an admin's (its event), a rebuild.
 func TestGenerationMovesAtEveryChange(t *testing.T) {
 	w := newWorld(t, t.TempDir(), basic, Options{RescanEvery: -1})
 	const a = "nqn.2014-08.org.example:a"
@@ -657,7 +690,11 @@ func TestGenerationMovesAtEveryChange(t *testing.T) {
 	moved("admin iser", func() error { return w.iser(portal, false) })
 	moved("add port", func() error { w.k.AddPort("3", "rdma", "ipv4", "192.0.2.4", "4420"); return nil })
 	moved("remove portal", func() error { return w.k.RemovePortal(portal) })
-	moved("rescan", func() error { w.m.Rescan(); return nil })
+	w.m.Rescan()
+	if got := gen(); got != tok {
+		t.Fatalf("a rescan that found the model right: Generation %d, then %d", tok, got)
+	}
+	moved("rebuild", func() error { w.m.Invalidate(); return nil })
 	for i := range 100 { // a heal writes as often, reading between writes
 		moved("model iser again", func() error { return w.m.SetISER("iqn.2003-01.org.example:t2/tpgt_2/192.0.2.2:3260", i%2 == 0) })
 	}
