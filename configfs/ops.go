@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 )
 
 // maxAttr bounds every attribute read: configfs attributes are at most a page.
@@ -173,16 +174,22 @@ func (OSOps) ReadAttrs(dirs, names []string) []Attrs {
 }
 
 func readAttrs(dir string, names []string) Attrs {
-	st, err := os.Lstat(dir)
-	if err != nil {
-		return Attrs{Err: err}
+	var st syscall.Stat_t // on the stack: os.Lstat's FileInfo is an allocation per directory
+	var err error
+	for {
+		if err = syscall.Lstat(dir, &st); err != syscall.EINTR {
+			break
+		}
 	}
-	if !st.IsDir() {
+	if err != nil {
+		return Attrs{Err: &fs.PathError{Op: "lstat", Path: dir, Err: err}}
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR {
 		return Attrs{Err: fmt.Errorf("%s: not a directory: %w", dir, fs.ErrNotExist)}
 	}
 	a := Attrs{Values: make([]string, len(names)), Errs: make([]error, len(names))}
 	for i, n := range names {
-		a.Values[i], a.Errs[i] = readAttr(filepath.Join(dir, n))
+		a.Values[i], a.Errs[i] = readAttr(dir + "/" + n) // n is one of FS's attribute names
 	}
 	return a
 }
@@ -241,7 +248,8 @@ func trimAttr(path string, b []byte) (string, error) {
 // readAttr reads one attribute, bounded and trimmed. A missing attribute
 // is fs.ErrNotExist.
 func readAttr(path string) (string, error) {
-	b, err := readSmall(path, maxAttr)
+	var buf [256]byte // most attributes fit: no allocation but the value's string
+	b, err := readSmall(path, maxAttr, buf[:0])
 	if err != nil {
 		return "", err
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/bounded"
 )
 
-// readSmall reads at most max+1 bytes with open/read/close and nothing
+// readSmall reads at most max+1 bytes, appended to buf, with open/read/close and nothing
 // else: os.Open would also try to register the fd with the poller, one
 // more system call per attribute, and observe reads thousands of them.
 //
@@ -23,7 +23,7 @@ import (
 // silent writer; EISDIR) or more than max bytes. A FIFO or a device that
 // does yield a short value reads as that value: in a tree where one can be
 // made, so can a regular file holding the same.
-func readSmall(path string, max int) ([]byte, error) {
+func readSmall(path string, max int, buf []byte) ([]byte, error) {
 	var fd int
 	var err error
 	for {
@@ -40,7 +40,6 @@ func readSmall(path string, max int) ([]byte, error) {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer syscall.Close(fd)
-	buf := make([]byte, 0, 256)
 	for len(buf) <= max {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]

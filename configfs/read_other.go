@@ -9,7 +9,10 @@ import (
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/bounded"
 )
 
-func readSmall(path string, max int) ([]byte, error) { return readSmallGeneric(path, max) }
+func readSmall(path string, max int, buf []byte) ([]byte, error) {
+	b, err := readSmallGeneric(path, max)
+	return append(buf, b...), err
+}
 
 // readSmallGeneric reads at most max+1 bytes of a file, which must be a
 // regular file and not a symlink (checked before the open, which would
