@@ -54,7 +54,7 @@ bench:
 	$(GO) test -run '^$$' -bench 'EventToFirstWrite' -benchtime 100x -benchmem -timeout 60m ./rebind/
 	TMPDIR=/var/tmp $(GO) test -run '^$$' -bench 'PutAll' -benchtime 20x -count 3 ./rebind/state/
 	$(GO) test -run '^$$' -bench 'EventBurst' -benchtime 10000x ./rebind/
-	$(GO) test -run '^$$' -bench 'ModelRead|FullRead' -benchmem -benchtime 10x ./configfs/watch/
+	$(GO) test -run '^$$' -bench 'ModelRead|FullRead|Rescan|Rebuild' -benchmem -benchtime 10x ./configfs/watch/
 	$(GO) test -run '^$$' -bench . -benchmem ./rebind/rdma/
 	NVMET_REBIND_E2E_BENCH=20 NVMET_REBIND_E2E_SCENARIOS='^bench$$' $(GO) test -count=1 -timeout 60m -run '^TestE2E$$' -v ./tests/
 	NVMET_REBIND_E2E_BENCH=1 NVMET_REBIND_E2E_VERBOSE=1 NVMET_REBIND_E2E_SCENARIOS='^(nvmet-scale|shared-iser-scale|nvmet-subsys-scale|boot-complete-scale)$$' $(GO) test -count=1 -timeout 60m -run '^TestE2E$$' -v ./tests/
