@@ -312,7 +312,9 @@ func (m *Model) rescan(trusted bool, why string) {
 	m.stats.Rescans++
 	m.pending = ""
 	m.lastRescan = m.opts.Now()
-	if trusted && !m.fallback && m.swapping == 0 && m.agrees() {
+	// A watch that failed during the check (the model's own reads watch
+	// what they read first) put the model in fallback: rebuilt, as before.
+	if trusted && !m.fallback && m.swapping == 0 && m.agrees() && !m.fallback {
 		m.log.Debug("configfs rescanned: the model agrees", "why", why, "watches", len(m.byWD))
 		return
 	}

@@ -535,6 +535,32 @@ func TestPeriodicRescanThatAgreesKeepsTheModel(t *testing.T) {
 	}
 }
 
+// TestPeriodicRescanRebuildsAfterAWatchFailed: a watch that fails during
+// the periodic check (the model watches what it reads for the first time)
+// puts it in fallback; the rescan then rebuilds, watching again, rather
+// than keeping a model that reads configfs whole until the next one.
+func TestPeriodicRescanRebuildsAfterAWatchFailed(t *testing.T) {
+	now := time.Unix(1e9, 0)
+	w := newWorld(t, t.TempDir(), basic, Options{RescanEvery: time.Minute, Now: func() time.Time { return now }})
+	w.same("start")
+	w.k.AddPort("5", "rdma", "ipv4", "192.0.2.5", "4420") // not read yet: not watched yet
+	failed := 0
+	w.m.mu.Lock()
+	w.m.addWatchHook = func(path string) error {
+		if failed == 0 && strings.HasSuffix(path, "/ports/5") {
+			failed++
+			return unix.EMFILE
+		}
+		return nil
+	}
+	w.m.mu.Unlock()
+	now = now.Add(time.Minute)
+	w.same("after the periodic rescan")
+	if s := w.m.Stats(); failed != 1 || s.Fallback || s.Rescans != 2 || s.Disagreements != 0 {
+		t.Errorf("stats %+v, %d watches failed: want one failure during the check, then a rebuild that leaves the fallback", s, failed)
+	}
+}
+
 // TestPeriodicRescanChecksWholeAnswers: a stale whole answer (the memo
 // of Ports) is a disagreement too.
 func TestPeriodicRescanChecksWholeAnswers(t *testing.T) {
