@@ -231,7 +231,11 @@ func (m *Model) Rescan() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.drain()
-	m.rescan(m.pending == "", "requested")
+	why := "requested"
+	if m.pending != "" {
+		why += "; " + m.pending
+	}
+	m.rescan(m.pending == "", why)
 }
 
 // Stats returns the counters.

@@ -25,13 +25,25 @@ func (m *Model) rescan(trusted bool, why string) {
 	m.stats.Rescans++
 	m.pending = ""
 	m.lastRescan = m.opts.Now()
-	// A watch that failed during the check (the model's own reads watch
-	// what they read first) put the model in fallback: rebuilt, as before.
-	if trusted && !m.fallback && m.swapping == 0 && m.agrees() && !m.fallback {
-		m.log.Debug("configfs rescanned: the model agrees", "why", why, "watches", len(m.byWD))
+	var unchecked string // why the model is rebuilt without a check, or after one
+	switch {
+	case !trusted:
+		unchecked = "not trusted"
+	case m.fallback:
+		unchecked = "reads go to configfs (fallback)"
+	case m.swapping > 0:
+		unchecked = "iser writes in flight"
+	case !m.agrees():
+		unchecked = "it disagreed"
+	case m.fallback:
+		// A watch that failed during the check (the model's own reads
+		// watch what they read first).
+		unchecked = "a watch failed during the check"
+	default:
+		m.log.Debug("configfs rescanned", "why", why, "model", "agrees", "watches", len(m.byWD))
 		return
 	}
-	m.rebuild(why)
+	m.rebuild(why, unchecked)
 }
 
 // agrees compares what the model answers with what configfs answers now,
@@ -53,7 +65,7 @@ func (m *Model) agrees() bool {
 
 // rebuild forgets the cache and reads configfs whole through it, watching
 // every directory anew.
-func (m *Model) rebuild(why string) {
+func (m *Model) rebuild(why, unchecked string) {
 	m.fallback, m.stats.Fallback = false, false
 	old := m.byWD
 	m.byWD, m.rootNode, m.big = map[int32]*node{}, nil, nil
@@ -73,7 +85,7 @@ func (m *Model) rebuild(why string) {
 			unix.InotifyRmWatch(m.fd, uint32(wd))
 		}
 	}
-	m.log.Debug("configfs rescanned", "why", why, "watches", len(m.byWD), "fallback", m.fallback)
+	m.log.Debug("configfs rescanned", "why", why, "model", "rebuilt", "because", unchecked, "watches", len(m.byWD), "fallback", m.fallback)
 }
 
 // answers is the read side of the Tree: configfs.FS, or the model.
