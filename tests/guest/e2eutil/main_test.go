@@ -3,8 +3,11 @@ package main
 import (
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // The /proc/net/tcp reader finds a listener this test opens (IPv4 and
@@ -43,5 +46,27 @@ func TestBound(t *testing.T) {
 	}
 	if got := bound(ids); got != 2 {
 		t.Errorf("bound = %d, want 2", got)
+	}
+}
+
+func TestWaitEntries(t *testing.T) {
+	d := t.TempDir()
+	for _, n := range []string{"a", "b"} {
+		if err := os.WriteFile(filepath.Join(d, n), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rc := waitEntries([]string{"-dir", d, "-n", "2", "-timeout", "1s"}); rc != 0 {
+		t.Fatalf("two entries, -n 2: exit %d, want 0", rc)
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		os.WriteFile(filepath.Join(d, "c"), nil, 0o644)
+	}()
+	if rc := waitEntries([]string{"-dir", d, "-n", "3", "-timeout", "5s"}); rc != 0 {
+		t.Fatalf("a third entry made after 50 ms, -n 3: exit %d, want 0", rc)
+	}
+	if rc := waitEntries([]string{"-dir", d, "-n", "4", "-timeout", "100ms"}); rc != 1 {
+		t.Fatalf("three entries, -n 4: exit %d, want 1 (timeout)", rc)
 	}
 }
