@@ -329,12 +329,10 @@ func prepareImage(t *testing.T, series string) *vmImage {
 	}
 	bins := buildBinaries(t)
 	ov := vm.Overlay{Files: map[string]string{
-		"/init":        filepath.Join("guest", "init.sh"),
-		"/e2e/lib.sh":  filepath.Join("guest", "lib.sh"),
-		"/e2e/demo.sh": filepath.Join("guest", "demo.sh"),
-		// lib.sh starts the daemon at this unit's Nice=.
-		"/e2e/nvmet-rebind.service": filepath.Join("..", "etc", "systemd", "nvmet-rebind.service"),
-		"/usr/local/bin/e2eutil":    bins.e2eutil,
+		"/init":                  filepath.Join("guest", "init.sh"),
+		"/e2e/lib.sh":            filepath.Join("guest", "lib.sh"),
+		"/e2e/demo.sh":           filepath.Join("guest", "demo.sh"),
+		"/usr/local/bin/e2eutil": bins.e2eutil,
 	}, Data: map[string][]byte{}}
 	scripts, _ := filepath.Glob(filepath.Join("guest", "scenarios", "*.sh"))
 	for _, s := range scripts {

@@ -302,34 +302,16 @@ rb() {
 	"$DAEMON" --config "$W/config.toml" --state-dir "$W/state" --run-dir "$W/run" "$@"
 }
 
-# unit_nice: the Nice= of the shipped nvmet-rebind.service (the harness puts
-# it at /e2e/nvmet-rebind.service), 0 when it sets none.
-unit_nice() {
-	_n=$(sed -n 's/^Nice=//p' /e2e/nvmet-rebind.service 2>/dev/null | tail -n 1)
-	echo "${_n:-0}"
-}
-
-# threads_nice PID: the nice values PID's threads run at, each once
-# (/proc/PID/task/*/stat, field 19), space-separated.
-threads_nice() {
-	for _t in /proc/"$1"/task/*; do cut -d' ' -f19 "$_t/stat"; done 2>/dev/null | sort -u | tr '\n' ' ' | sed 's/ $//'
-}
-
-# daemon_start [VAR=VALUE…]: start the daemon in the background at the
-# unit's Nice= (what systemd gives it), wait for its control socket, and
-# check that every thread of it runs at that nice value. The environment
-# words are passed through env; DAEMON_ARGS are added to `run` (e.g.
-# --no-watch).
+# daemon_start [VAR=VALUE…]: start the daemon in the background; wait for
+# its control socket. The environment words are passed through env;
+# DAEMON_ARGS are added to `run` (e.g. --no-watch).
 daemon_start() {
 	need_daemon
 	[ -f "$W/config.toml" ] || write_config
 	mkdir -p "$W/state"
 	echo "---- daemon start $* ----" >>"$W/daemon.log"
-	_nice=$(unit_nice)
-	# The shell renices itself, then execs the daemon (same pid): every
-	# thread the Go runtime starts inherits it, as under systemd's Nice=.
-	# shellcheck disable=SC2016,SC2086 # $$ is the inner shell's; DAEMON_ARGS: extra words for `run`
-	sh -c 'renice -n "$0" -p $$ >/dev/null && exec "$@"' "$_nice" env "$@" "$DAEMON" --config "$W/config.toml" --state-dir "$W/state" --run-dir "$W/run" --log-level debug run $DAEMON_ARGS >>"$W/daemon.log" 2>&1 &
+	# shellcheck disable=SC2086 # DAEMON_ARGS: extra words for `run`
+	env "$@" "$DAEMON" --config "$W/config.toml" --state-dir "$W/state" --run-dir "$W/run" --log-level debug run $DAEMON_ARGS >>"$W/daemon.log" 2>&1 &
 	DAEMON_PID=$!
 	echo $DAEMON_PID >"$PIDS/daemon-$DAEMON_PID"
 	_i=0
@@ -345,13 +327,7 @@ daemon_start() {
 	done
 	# Let it finish its first reconcile and subscribe to events (TCG is slow).
 	sleep 1
-	# (A daemon that exited in that second is the caller's to judge.)
-	_tn=$(threads_nice $DAEMON_PID)
-	kill -0 $DAEMON_PID 2>/dev/null && [ "$_tn" != "$_nice" ] && {
-		log "daemon $DAEMON_PID: its threads run at nice '$_tn', not at the unit's Nice=$_nice"
-		return 1
-	}
-	log "daemon running, pid $DAEMON_PID, its $(ls /proc/$DAEMON_PID/task 2>/dev/null | wc -l) threads at nice $_tn"
+	log "daemon running, pid $DAEMON_PID"
 }
 
 # daemon_wait_exit TIMEOUT_S: wait for the daemon to exit; prints its status.
