@@ -168,3 +168,32 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkDropChildren: a directory of n children (a port's subsystems/
+// with n links) loses every child in the order they were made, as a
+// port's unlinks remove them (the model's own writes drop each link's
+// node). Before the children of a large directory were kept only in its
+// index, each removal walked the chain: quadratic in n.
+func BenchmarkDropChildren(b *testing.B) {
+	for _, n := range []int{1000, 4096} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			m := &Model{opts: Options{BigDir: 8}}
+			names := make([]string, n)
+			for i := range names {
+				names[i] = fmt.Sprintf("nqn.2024-01.io.e2e:vol-%d", i)
+			}
+			kids := make([]*node, n)
+			for b.Loop() {
+				b.StopTimer()
+				p := &node{name: "subsystems"}
+				for i, name := range names {
+					kids[i] = m.addKid(p, name, true)
+				}
+				b.StartTimer()
+				for _, k := range kids {
+					m.unlinkKid(p, k)
+				}
+			}
+		})
+	}
+}

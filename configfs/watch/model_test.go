@@ -3,6 +3,7 @@ package watch
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -734,4 +735,93 @@ func relink(m *Model, id string, l configfs.Link) error {
 		return err
 	}
 	return lerr
+}
+
+// TestBigDirectoryIsItsIndex: a directory with many children (a port with
+// hundreds of subsystems linked) keeps them only in its index, not also in
+// a chain, so that the port's unlinks each remove a child in one map
+// delete (a chain made that quadratic: 1,000 unlinks walked 500,000
+// nodes); after every link is unlinked through the model, the index is
+// empty and the model answers what configfs does.
+func TestBigDirectoryIsItsIndex(t *testing.T) {
+	const n = 200
+	var nqns []string
+	w := newWorld(t, t.TempDir(), func(k *configfstest.Fake) {
+		k.AddPort("1", "rdma", "ipv4", "192.0.2.1", "4420")
+		for i := range n {
+			nqn := fmt.Sprintf("nqn.2014-08.org.example:vol-%d", i)
+			k.AddSubsystem(nqn)
+			nqns = append(nqns, nqn)
+		}
+	}, Options{})
+	for _, nqn := range nqns {
+		if err := w.link("1", nqn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.same("linked")
+	links, err := w.m.Links("1")
+	if err != nil || len(links) != n {
+		t.Fatalf("Links: %d, %v", len(links), err)
+	}
+	w.m.mu.Lock()
+	d := w.m.find(w.path("nvmet/ports/1/subsystems"))
+	bad := d == nil || !d.has(fBig) || d.first != nil || len(w.m.big[d]) != n
+	state := fmt.Sprintf("node %v, indexed %v, chained %v, %d indexed", d != nil, d != nil && d.has(fBig), d != nil && d.first != nil, len(w.m.big[d]))
+	w.m.mu.Unlock()
+	if bad {
+		t.Fatalf("ports/1/subsystems: %s; want indexed, not chained, %d indexed", state, n)
+	}
+	if err := w.m.UnlinkAll("1", links, func(_ int, err error) bool {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	w.m.mu.Lock()
+	left := 0
+	if d := w.m.find(w.path("nvmet/ports/1/subsystems")); d != nil {
+		left = len(w.m.big[d])
+	}
+	w.m.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("after unlinking all %d links the index still holds %d", n, left)
+	}
+	w.same("unlinked")
+}
+
+// TestForgettingABigDirectoryUnwatchesItsChildren: with every directory
+// indexed (BigDir 1), an admin's removal of a port forgets the port and
+// its subsystems directory, watches and indexes included: the model then
+// holds the watches and indexes a model made afresh on the same tree
+// holds.
+func TestForgettingABigDirectoryUnwatchesItsChildren(t *testing.T) {
+	root := t.TempDir()
+	w := newWorld(t, root, basic, Options{BigDir: 1, RescanEvery: -1})
+	if err := w.link("2", "nqn.2014-08.org.example:a"); err != nil {
+		t.Fatal(err)
+	}
+	w.same("start")
+	if err := w.k.RemovePort("2"); err != nil {
+		t.Fatal(err)
+	}
+	w.same("port 2 removed")
+	fresh, err := New(w.k.FS(), Options{BigDir: 1, RescanEvery: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	if got := view(fresh); got != view(w.fsys) {
+		t.Fatalf("fresh model:\n%s", got)
+	}
+	held := func(m *Model) string {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return fmt.Sprintf("%d watches, %d indexed directories", len(m.byWD), len(m.big))
+	}
+	if got, want := held(w.m), held(fresh); got != want {
+		t.Errorf("after the removal the model holds %s, a fresh one %s", got, want)
+	}
 }

@@ -18,15 +18,17 @@ import (
 //
 // A node is small on purpose (80 bytes; a tree of 4096 ports and 4096
 // portals has about 29,000): it keeps its name, not its path (pathOf
-// builds that); its children are a chain, indexed in m.big only when
-// there are many; its listing, attribute values or symlink target share
+// builds that); its children are a chain, or, once there are many
+// (Options.BigDir), only in the index m.big (no chain: removing one
+// child of thousands, as a port's unlinks do, is then one map delete, not
+// a walk of the chain); its listing, attribute values or symlink target share
 // one slice; of an Lstat it keeps only the mode (all configfs.FS reads of
 // it); the errors it caches are in m.errs.
 type node struct {
 	name   string // the entry's name in its parent; the root's: the root path
 	parent *node
-	first  *node // the first child (children: first, first.next, ...)
-	next   *node // the next sibling
+	first  *node // the first child (children: first, first.next, ...); nil when fBig
+	next   *node // the next sibling; nil in a fBig parent
 
 	// data is, for a directory, the listing (ReadDirNames, fList), its
 	// first nlist entries (-1: a nil listing), then the attribute values
@@ -50,7 +52,7 @@ const (
 	fAttrs             // key, data: the values
 	fStat              // mode, or m.errs[n].st
 	fLink              // data: the target, or m.errs[n].link
-	fBig               // children indexed in m.big[n]
+	fBig               // children in m.big[n], not chained
 	fErrs              // m.errs[n]
 )
 
@@ -161,27 +163,30 @@ func (m *Model) addKid(n *node, name string, own bool) *node {
 	if !own {
 		name = m.kidName(n, name)
 	}
-	k := &node{name: name, parent: n, next: n.first}
-	n.first = k
-	switch {
-	case n.has(fBig):
+	k := &node{name: name, parent: n}
+	if n.has(fBig) {
 		m.big[n][k.name] = k
-	default:
-		count := 0
-		for c := n.first; c != nil; c = c.next {
-			count++
+		return k
+	}
+	k.next, n.first = n.first, k
+	count := 0
+	for c := n.first; c != nil; c = c.next {
+		count++
+	}
+	if count >= m.opts.BigDir {
+		// From now on the index alone: the chain is taken apart.
+		idx := make(map[string]*node, count)
+		for c := n.first; c != nil; {
+			next := c.next
+			idx[c.name], c.next = c, nil
+			c = next
 		}
-		if count >= m.opts.BigDir {
-			idx := make(map[string]*node, count)
-			for c := n.first; c != nil; c = c.next {
-				idx[c.name] = c
-			}
-			if m.big == nil {
-				m.big = map[*node]map[string]*node{}
-			}
-			m.big[n] = idx
-			n.set(fBig)
+		n.first = nil
+		if m.big == nil {
+			m.big = map[*node]map[string]*node{}
 		}
+		m.big[n] = idx
+		n.set(fBig)
 	}
 	return k
 }
@@ -201,8 +206,11 @@ func (m *Model) kidName(n *node, name string) string {
 
 // unlinkKid removes k from its parent's children.
 func (m *Model) unlinkKid(p, k *node) {
-	if p.has(fBig) && m.big[p][k.name] == k {
-		delete(m.big[p], k.name)
+	if p.has(fBig) {
+		if m.big[p][k.name] == k {
+			delete(m.big[p], k.name)
+		}
+		return
 	}
 	for at := &p.first; *at != nil; at = &(*at).next {
 		if *at == k {
@@ -302,6 +310,9 @@ func (m *Model) forget(n *node) {
 		m.forget(k)
 	}
 	if n.has(fBig) {
+		for _, k := range m.big[n] {
+			m.forget(k)
+		}
 		delete(m.big, n)
 	}
 	if n.has(fErrs) {
