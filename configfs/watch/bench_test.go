@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"syscall"
 	"testing"
@@ -192,6 +193,77 @@ func BenchmarkDropChildren(b *testing.B) {
 				b.StartTimer()
 				for _, k := range kids {
 					m.unlinkKid(p, k)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPortLinks: a port with 1,000 subsystems linked loses every
+// link and gets it back (a heal's unlinks and links, one call each), on
+// tmpfs, through the model (each write marks what it changed: the
+// model's bookkeeping) and through the plain tree (the system calls
+// alone). The model's next read, which takes the writes' events, is not
+// timed.
+func BenchmarkPortLinks(b *testing.B) {
+	for _, via := range []string{"model", "fs"} {
+		b.Run(via, func(b *testing.B) {
+			root := b.TempDir()
+			if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+				d, err := os.MkdirTemp("/dev/shm", "watch-bench-")
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { os.RemoveAll(d) })
+				root = d
+			}
+			links := make([]configfs.Link, 1000)
+			for i := range links {
+				nqn := fmt.Sprintf("nqn.2024-01.io.e2e:vol-%d", i+1)
+				links[i] = configfs.Link{Name: nqn, NQN: nqn}
+				if err := os.MkdirAll(filepath.Join(root, "nvmet", "subsystems", nqn), 0o755); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for _, d := range []string{"nvmet/ports/1/subsystems", "nvmet/hosts", "target/iscsi"} {
+				if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+					b.Fatal(err)
+				}
+			}
+			fsys := configfs.New(root)
+			m, err := New(fsys, Options{Logger: slog.New(slog.DiscardHandler), RescanEvery: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			type writer interface {
+				UnlinkAll(string, []configfs.Link, func(int, error) bool) error
+				RelinkAll(string, []configfs.Link, func(int, error) bool) error
+			}
+			var w writer = fsys
+			if via == "model" {
+				w = m
+			}
+			ok := func(_ int, err error) bool {
+				if err != nil {
+					b.Fatal(err)
+				}
+				return true
+			}
+			if err := w.RelinkAll("1", links, ok); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				b.StopTimer()
+				if got, err := m.Links("1"); err != nil || len(got) != len(links) {
+					b.Fatalf("%d links, %v; want %d", len(got), err, len(links))
+				}
+				b.StartTimer()
+				if err := w.UnlinkAll("1", links, ok); err != nil {
+					b.Fatal(err)
+				}
+				if err := w.RelinkAll("1", links, ok); err != nil {
+					b.Fatal(err)
 				}
 			}
 		})

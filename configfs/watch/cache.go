@@ -264,15 +264,17 @@ func (c cacheOps) Remove(path string) error {
 }
 
 func (c cacheOps) RemoveLinks(dir string, names []string, done func(int, error) bool) error {
+	p := c.m.find(dir)
 	return c.m.ops.RemoveLinks(dir, names, func(i int, err error) bool {
-		c.m.touchEntry(filepath.Join(filepath.Clean(dir), names[i]))
+		c.m.touchKid(p, names[i])
 		return done(i, err)
 	})
 }
 
 func (c cacheOps) SymlinkAll(dir string, targets, names []string, done func(int, error) bool) error {
+	p := c.m.find(dir)
 	return c.m.ops.SymlinkAll(dir, targets, names, func(i int, err error) bool {
-		c.m.touchEntry(filepath.Join(filepath.Clean(dir), names[i]))
+		c.m.touchKid(p, names[i])
 		return done(i, err)
 	})
 }
@@ -293,11 +295,26 @@ func (c cacheOps) SwapAttrs(paths []string, from, to string, done func(int, stri
 // touchEntry marks what creating or removing path changes: its parent's
 // listing and attributes, and path itself with everything under it.
 func (m *Model) touchEntry(path string) {
-	m.gen++
 	if p := m.find(filepath.Dir(path)); p != nil {
-		p.clear(fList | fAttrs)
+		m.touchKid(p, filepath.Base(path))
+		return
 	}
+	m.gen++
 	if n := m.find(path); n != nil {
+		m.drop(n) // the root, which has no parent
+	}
+}
+
+// touchKid is touchEntry of the entry name of directory p (nil: a
+// directory the model has no node for): a run of writes in one directory
+// (a port's unlinks and links) finds it once.
+func (m *Model) touchKid(p *node, name string) {
+	m.gen++
+	if p == nil {
+		return
+	}
+	p.clear(fList | fAttrs)
+	if n := m.kid(p, name); n != nil {
 		m.drop(n)
 	}
 }

@@ -23,8 +23,9 @@ func (m *Model) Unlink(portID string, l configfs.Link) error {
 func (m *Model) UnlinkAll(portID string, links []configfs.Link, done func(int, error) bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	dir := m.find(filepath.Join(m.root, "nvmet", "ports", portID, "subsystems"))
 	return m.fs.UnlinkAll(portID, links, func(i int, err error) bool {
-		m.touchEntry(filepath.Join(m.root, "nvmet", "ports", portID, "subsystems", links[i].Name))
+		m.touchKid(dir, links[i].Name)
 		return done(i, err)
 	})
 }
@@ -34,8 +35,9 @@ func (m *Model) UnlinkAll(portID string, links []configfs.Link, done func(int, e
 func (m *Model) RelinkAll(portID string, links []configfs.Link, done func(int, error) bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	dir := m.find(filepath.Join(m.root, "nvmet", "ports", portID, "subsystems"))
 	return m.fs.RelinkAll(portID, links, func(i int, err error) bool {
-		m.touchEntry(filepath.Join(m.root, "nvmet", "ports", portID, "subsystems", links[i].Name))
+		m.touchKid(dir, links[i].Name)
 		return done(i, err)
 	})
 }

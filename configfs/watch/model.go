@@ -83,6 +83,7 @@ type Model struct {
 	lastLink  []string
 	lastNQN   string           // the last Link.NQN that was not the link's name
 	top       map[string]bool  // directories whose loss means a rescan
+	topDepth  int              // how far under the root the deepest of them is
 	idents    map[string]ident // the top directories' identity at the last rescan
 	gen       uint64           // bumped at every invalidation
 	// uncached counts reads answered by configfs and not kept (errors,
@@ -176,6 +177,9 @@ func New(fsys *configfs.FS, opts Options) (*Model, error) {
 	m.top = map[string]bool{}
 	for _, d := range m.topDirs() {
 		m.top[d] = true
+		if rel := strings.Trim(d[len(root):], "/"); rel != "" {
+			m.topDepth = max(m.topDepth, strings.Count(rel, "/")+1)
+		}
 	}
 	m.byWD = map[int32]*node{}
 	m.mu.Lock()

@@ -240,6 +240,15 @@ func (m *Model) pathOf(n *node) string {
 	return string(b)
 }
 
+// depth is how many parents n has, counted up to most.
+func (n *node) depth(most int) int {
+	d := 0
+	for c := n.parent; c != nil && d < most; c = c.parent {
+		d++
+	}
+	return d
+}
+
 // walk is the node of path (cleaned), nil when path is not under the root
 // or, unless create, when the model has no node for it.
 func (m *Model) walk(path string, create bool) *node {
@@ -292,7 +301,12 @@ func (m *Model) find(path string) *node { return m.walk(path, false) }
 // nvmet or LIO tree, the root) asks for a full rescan: their identity is
 // recorded at a rescan.
 func (m *Model) drop(n *node) {
-	path := m.pathOf(n)
+	// A node deeper than any top-level directory (a port's link, dropped
+	// at each unlink) builds no path.
+	path := ""
+	if n.depth(m.topDepth+1) <= m.topDepth {
+		path = m.pathOf(n)
+	}
 	if p := n.parent; p != nil {
 		m.unlinkKid(p, n)
 		p.clear(fList)
