@@ -240,6 +240,7 @@ func (e *Engine) round(ctx context.Context, only *Key) ([]Item, error) {
 	if reread := e.takeRequests(); only == nil {
 		e.complete(ctx, reread)
 	}
+	completed := time.Now()
 	if e.opt.Exhaustive {
 		e.base = nil
 	}
@@ -258,7 +259,7 @@ func (e *Engine) round(ctx context.Context, only *Key) ([]Item, error) {
 	if only != nil {
 		pl.Heals = slices.DeleteFunc(pl.Heals, func(h Heal) bool { return !slices.Contains(h.Keys, *only) })
 	}
-	planned, w0, j0 := time.Now(), e.stats.WriteTime, e.stats.JournalTime
+	planned, w0, j0, reads := time.Now(), e.stats.WriteTime, e.stats.JournalTime, obs.readTook // act makes obs its verification's
 	outcomes, ran, verified, err := e.act(ctx, &obs, &pl, &sel)
 	if err != nil {
 		e.stats.ReconcileTime += time.Since(start)
@@ -266,7 +267,10 @@ func (e *Engine) round(ctx context.Context, only *Key) ([]Item, error) {
 	}
 	if len(ran) > 0 {
 		// Where a round that healed spent its time (debug).
-		e.log.Debug("round", "heals", len(ran), "selected", sel.Size(), "observe", observed.Sub(start), "plan", planned.Sub(observed),
+		// observe is the boot completion's pass (complete), the inputs'
+		// reads (reads) and then configfs's.
+		e.log.Debug("round", "heals", len(ran), "selected", sel.Size(), "observe", observed.Sub(start), "complete", completed.Sub(start),
+			"reads", readTimes(reads), "plan", planned.Sub(observed),
 			"act_and_verify", time.Since(planned), "configfs_writes", e.stats.WriteTime-w0, "journal", e.stats.JournalTime-j0, "verify", verified)
 	}
 	assemble(&pl, &obs, e.cfg, sel)

@@ -120,6 +120,9 @@ type Observed struct {
 	// prev are the devices of the round's first observation, when this one
 	// is its verification: their GID tables are reused (TableReader).
 	prev []rdma.Device
+	// readTook is how long each input's read took (inputs' order): the
+	// round's debug line.
+	readTook []time.Duration
 
 	// Derived once from the fields above (prepared), never changed after:
 	index *rdma.Index // the kernel tables' index (rdma)
