@@ -23,11 +23,12 @@ func TestSelectScenariosRepeat(t *testing.T) {
 	}
 }
 
-// The default plan: every scenario on 6.12 and newest, the representative
-// ones on 6.1 and 6.18; naming kernels, or NVMET_REBIND_E2E_ALL=1, runs
-// every selected scenario on each.
+// The default plan: every scenario on 6.12 and newest (the scale ones on
+// newest alone), the representative ones on 6.1; naming kernels, or
+// NVMET_REBIND_E2E_ALL=1 (which adds 6.18), runs every selected scenario
+// on each.
 func TestKernelPlan(t *testing.T) {
-	sel := []string{"smoke", "flapping", "nvmet-reset", "flapping@2", "smoke@2"}
+	sel := []string{"smoke", "flapping", "nvmet-reset", "flapping@2", "smoke@2", "shared-iser-scale"}
 	show := func(p []kernelRun) map[string][]string {
 		m := map[string][]string{}
 		for _, r := range p {
@@ -38,18 +39,22 @@ func TestKernelPlan(t *testing.T) {
 	t.Setenv(envKernels, "")
 	t.Setenv(envAll, "")
 	got := show(kernelPlan(sel))
-	if len(got) != 4 || !slices.Equal(got["6.12"], sel) || !slices.Equal(got["newest"], sel) ||
-		!slices.Equal(got["6.1"], []string{"smoke", "nvmet-reset", "smoke@2"}) || !slices.Equal(got["6.18"], got["6.1"]) {
+	if len(got) != 3 || !slices.Equal(got["6.12"], sel[:len(sel)-1]) || !slices.Equal(got["newest"], sel) ||
+		!slices.Equal(got["6.1"], []string{"smoke", "nvmet-reset", "smoke@2"}) {
 		t.Errorf("default plan: %v", got)
 	}
 	if p := kernelPlan([]string{"flapping"}); len(p) != 2 || p[0].series != "6.12" || p[1].series != "newest" {
 		t.Errorf("a kernel with nothing to run is not booted: %v", p)
 	}
 	t.Setenv(envAll, "1")
-	for s, sc := range show(kernelPlan(sel)) {
+	all := show(kernelPlan(sel))
+	for s, sc := range all {
 		if !slices.Equal(sc, sel) {
 			t.Errorf("ALL=1: %s runs %q", s, sc)
 		}
+	}
+	if len(all) != 4 || all["6.18"] == nil {
+		t.Errorf("ALL=1: kernels %v, want 6.18 with the default ones", all)
 	}
 	if k := systemdKernels("bookworm"); len(k) != 4 {
 		t.Errorf("ALL=1: systemd on %q", k)

@@ -390,8 +390,8 @@ func TestSystemdPlan(t *testing.T) {
 		t.Errorf("ALL=1: images %v, want all three", names(p))
 	}
 	t.Setenv(envDistros, "debian-testing")
-	if p, _ := systemdPlan(); len(p) != 1 || !slices.Equal(p[0].kernels, append(slices.Clone(defaultKernels), vm.TestingSeries)) {
-		t.Errorf("ALL=1: the testing image on %v, want every default kernel and its own", names(p))
+	if p, _ := systemdPlan(); len(p) != 1 || !slices.Equal(p[0].kernels, append(slices.Clone(allKernels), vm.TestingSeries)) {
+		t.Errorf("ALL=1: the testing image on %v, want every kernel of test-all and its own", names(p))
 	}
 }
 
