@@ -58,7 +58,7 @@ bench:
 	$(GO) test -run '^$$' -bench 'ModelRead|FullRead|Rescan|Rebuild' -benchmem -benchtime 10x ./configfs/watch/
 	$(GO) test -run '^$$' -bench . -benchmem ./rebind/rdma/
 	NVMET_REBIND_E2E_BENCH=20 NVMET_REBIND_E2E_SCENARIOS='^bench$$' $(GO) test -count=1 -timeout 60m -run '^TestE2E$$' -v ./tests/
-	NVMET_REBIND_E2E_BENCH=1 NVMET_REBIND_E2E_VERBOSE=1 NVMET_REBIND_E2E_SCENARIOS='^(nvmet-scale|shared-iser-scale|nvmet-subsys-scale|boot-complete-scale)$$' $(GO) test -count=1 -timeout 60m -run '^TestE2E$$' -v ./tests/
+	NVMET_REBIND_E2E_BENCH=1 NVMET_REBIND_E2E_VERBOSE=1 NVMET_REBIND_E2E_KERNELS='6.12 newest' NVMET_REBIND_E2E_SCENARIOS='^(nvmet-scale|shared-iser-scale|nvmet-subsys-scale|boot-complete-scale)$$' $(GO) test -count=1 -timeout 60m -run '^TestE2E$$' -v ./tests/
 	tests/trigger-latency.sh 100
 	tests/idle-cost.sh 600 4096 4096 model
 	tests/idle-cost.sh 600 4096 4096 full
