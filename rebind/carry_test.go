@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/nvmet-rebind/nvmet-rebind/configfs"
 	"github.com/nvmet-rebind/nvmet-rebind/configfs/watch"
@@ -300,5 +301,18 @@ func TestJudgeAgainThatFailsLeavesTheBaseline(t *testing.T) {
 	}
 	if got.Ports[0].Err == nil {
 		t.Fatal("the fresh read does not say the links were unreadable")
+	}
+}
+
+// The round's debug line names each input's read, in the inputs' order.
+func TestReadTimesNameEveryInput(t *testing.T) {
+	took := make(readTimes, len(inputs))
+	for i := range took {
+		took[i] = time.Duration(i+1) * time.Millisecond
+	}
+	got := took.LogValue().String()
+	want := "rdma=1ms tcp=2ms journal=3ms saved_configs=4ms configfs_root=5ms"
+	if got != want {
+		t.Errorf("reads %q, want %q", got, want)
 	}
 }

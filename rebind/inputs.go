@@ -2,6 +2,7 @@ package rebind
 
 import (
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -152,9 +153,12 @@ func (e *Engine) readInputs(cfg Config, o *Observed) {
 	}
 }
 
-// readTimes is an observation's readTook, as "rdma=12ms tcp=1ms
-// journal=30µs saved_configs=0s configfs_root=0s".
-func readTimes(took []time.Duration) string {
+// readTimes is an observation's readTook, logged as "rdma=12ms tcp=1ms
+// journal=30µs saved_configs=0s configfs_root=0s": formatted only when
+// the line is written (slog.LogValuer).
+type readTimes []time.Duration
+
+func (took readTimes) LogValue() slog.Value {
 	var b strings.Builder
 	for i, d := range took {
 		if i > 0 {
@@ -163,7 +167,7 @@ func readTimes(took []time.Duration) string {
 		name, _, _ := strings.Cut(inputs[i].name, ":")
 		fmt.Fprintf(&b, "%s=%s", strings.ReplaceAll(name, " ", "_"), d.Round(10*time.Microsecond))
 	}
-	return b.String()
+	return slog.StringValue(b.String())
 }
 
 // errText is err's text ("" for nil): errors compared by what they say.

@@ -259,7 +259,7 @@ func (e *Engine) round(ctx context.Context, only *Key) ([]Item, error) {
 	if only != nil {
 		pl.Heals = slices.DeleteFunc(pl.Heals, func(h Heal) bool { return !slices.Contains(h.Keys, *only) })
 	}
-	planned, w0, j0, reads := time.Now(), e.stats.WriteTime, e.stats.JournalTime, obs.readTook // act makes obs its verification's
+	planned, w0, j0, reads := time.Now(), e.stats.WriteTime, e.stats.JournalTime, readTimes(obs.readTook) // act makes obs its verification's
 	outcomes, ran, verified, err := e.act(ctx, &obs, &pl, &sel)
 	if err != nil {
 		e.stats.ReconcileTime += time.Since(start)
@@ -270,7 +270,7 @@ func (e *Engine) round(ctx context.Context, only *Key) ([]Item, error) {
 		// observe is the boot completion's pass (complete), the inputs'
 		// reads (reads) and then configfs's.
 		e.log.Debug("round", "heals", len(ran), "selected", sel.Size(), "observe", observed.Sub(start), "complete", completed.Sub(start),
-			"reads", readTimes(reads), "plan", planned.Sub(observed),
+			"reads", reads, "plan", planned.Sub(observed),
 			"act_and_verify", time.Since(planned), "configfs_writes", e.stats.WriteTime-w0, "journal", e.stats.JournalTime-j0, "verify", verified)
 	}
 	assemble(&pl, &obs, e.cfg, sel)
