@@ -56,7 +56,7 @@ bench:
 	TMPDIR=/var/tmp $(GO) test -run '^$$' -bench 'PutAll' -benchtime 20x -count 3 ./rebind/state/
 	$(GO) test -run '^$$' -bench 'EventBurst' -benchtime 10000x ./rebind/
 	$(GO) test -run '^$$' -bench 'ModelRead|FullRead|Rescan|Rebuild' -benchmem -benchtime 10x ./configfs/watch/
-	$(GO) test -run '^$$' -bench 'DropChildren|PortLinks' -benchtime 50x -count 4 -cpu 1 ./configfs/watch/
+	$(GO) test -run '^$$' -bench 'DropChildren|PortLinks|SharerZeros' -benchtime 50x -count 4 -cpu 1 ./configfs/watch/
 	$(GO) test -run '^$$' -bench . -benchmem ./rebind/rdma/
 	NVMET_REBIND_E2E_BENCH=20 NVMET_REBIND_E2E_SCENARIOS='^bench$$' $(GO) test -count=1 -timeout 60m -run '^TestE2E$$' -v ./tests/
 	NVMET_REBIND_E2E_BENCH=1 NVMET_REBIND_E2E_VERBOSE=1 NVMET_REBIND_E2E_KERNELS='6.12 newest' NVMET_REBIND_E2E_SCENARIOS='^(nvmet-scale|shared-iser-scale|nvmet-subsys-scale|boot-complete-scale)$$' $(GO) test -count=1 -timeout 60m -run '^TestE2E$$' -v ./tests/

@@ -58,6 +58,18 @@ func (f *FS) iscsi(elem ...string) string {
 	return filepath.Join(append([]string{f.root, "target", "iscsi"}, elem...)...)
 }
 
+// iserPath is f.iscsi(iqn, tpg, "np", np, "iser") of a parsed portal id,
+// made without filepath.Join's cleaning: each part is a name (checkName),
+// which cleaning leaves as it is, and root is clean (NewWithOps). A
+// shared portal's heal makes one for each of its sharers.
+func (f *FS) iserPath(iqn, tpg, np string) string {
+	root := f.root
+	if root == "/" {
+		root = ""
+	}
+	return root + "/target/iscsi/" + iqn + "/" + tpg + "/np/" + np + "/iser"
+}
+
 // names lists a directory through Ops: the names it can represent, and
 // the errors of those it cannot (checkName), which the caller reports as
 // objects it shows and never touches. A missing directory is an empty

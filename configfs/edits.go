@@ -126,7 +126,7 @@ func (f *FS) SwapISERs(ids []string, on bool, done func(i int, was bool, err err
 		if err != nil {
 			return err
 		}
-		paths[i] = f.iscsi(iqn, tpg, "np", np, "iser")
+		paths[i] = f.iserPath(iqn, tpg, np)
 	}
 	from, to := "1", "0"
 	if on {

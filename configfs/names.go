@@ -22,18 +22,31 @@ func ParseNP(name string) (netip.AddrPort, error) {
 	return ap, nil
 }
 
-// ParsePortalID splits "<iqn>/<tpgt_N>/<np>".
+// ParsePortalID splits "<iqn>/<tpgt_N>/<np>", each part a name configfs
+// takes (checkName).
 func ParsePortalID(id string) (iqn, tpg, np string, err error) {
-	parts := strings.Split(id, "/")
-	if len(parts) != 3 {
+	iqn, tpg, np, ok := SplitPortalID(id)
+	if !ok {
 		return "", "", "", fmt.Errorf("portal %q: want <iqn>/tpgt_<N>/<ip>:<port>", id)
 	}
-	for _, p := range parts {
+	for _, p := range [...]string{iqn, tpg, np} {
 		if err := checkName(p); err != nil {
 			return "", "", "", fmt.Errorf("portal %q: %w", id, err)
 		}
 	}
-	return parts[0], parts[1], parts[2], nil
+	return iqn, tpg, np, nil
+}
+
+// SplitPortalID is ParsePortalID's split alone, for an id already parsed
+// (the portal a write of it was made to): three parts, with no check of
+// what each holds.
+func SplitPortalID(id string) (iqn, tpg, np string, ok bool) {
+	iqn, rest, ok1 := strings.Cut(id, "/")
+	tpg, np, ok2 := strings.Cut(rest, "/")
+	if !ok1 || !ok2 || strings.IndexByte(np, '/') >= 0 {
+		return "", "", "", false
+	}
+	return iqn, tpg, np, true
 }
 
 // The kernel's naming rules for the objects a journal entry names, so that

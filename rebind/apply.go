@@ -355,8 +355,8 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 			for !s.On && runEnd < len(h.Steps) && h.Steps[runEnd].Op == OpSetISER && !h.Steps[runEnd].On {
 				runEnd++
 			}
-			var run []Step
-			var ids []string
+			run := make([]Step, 0, runEnd-i)
+			ids := make([]string, 0, runEnd-i)
 			for _, r := range h.Steps[i:runEnd] {
 				if !skip[r.Key] {
 					run, ids = append(run, r), append(ids, r.Key.ID)

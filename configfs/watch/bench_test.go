@@ -269,3 +269,63 @@ func BenchmarkPortLinks(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSharerZeros: 256 targets share one iSER portal (Cinder's
+// layout); a heal writes each sharer's iser 0, then 1 (SwapISERs, one
+// call each), on tmpfs, through the model (each write marks what it
+// changed) and through the plain tree (the system calls, the paths). The
+// model's next read, which takes the writes' events, is not timed.
+func BenchmarkSharerZeros(b *testing.B) {
+	for _, via := range []string{"model", "fs"} {
+		b.Run(via, func(b *testing.B) {
+			base := ""
+			if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+				base = "/dev/shm"
+			}
+			root, err := os.MkdirTemp(base, "watch-bench-")
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { os.RemoveAll(root) })
+			k := configfstest.NewAt(root, binder{})
+			ids := make([]string, 256)
+			for i := range ids {
+				iqn := fmt.Sprintf("iqn.2010-10.org.openstack:volume-%08d-aaaa-bbbb-cccc-dddddddddddd", i)
+				k.AddPortal(iqn, "tpgt_1", "192.0.2.1:3260")
+				ids[i] = iqn + "/tpgt_1/192.0.2.1:3260"
+			}
+			fsys := configfs.New(k.Root)
+			m, err := New(fsys, Options{Logger: slog.New(slog.DiscardHandler), RescanEvery: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			type swapper interface {
+				SwapISERs([]string, bool, func(int, bool, error) bool) error
+			}
+			var w swapper = fsys
+			if via == "model" {
+				w = m
+			}
+			ok := func(_ int, _ bool, err error) bool {
+				if err != nil {
+					b.Fatal(err)
+				}
+				return true
+			}
+			for b.Loop() {
+				b.StopTimer()
+				if got, err := m.Portals(); err != nil || len(got) != len(ids) {
+					b.Fatalf("%d portals, %v; want %d", len(got), err, len(ids))
+				}
+				b.StartTimer()
+				if err := w.SwapISERs(ids, false, ok); err != nil {
+					b.Fatal(err)
+				}
+				if err := w.SwapISERs(ids, true, ok); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -58,13 +58,34 @@ func (m *Model) SwapISERs(ids []string, on bool, done func(i int, was bool, err 
 		m.mu.Unlock()
 	}()
 	return m.fs.SwapISERs(ids, on, func(i int, was bool, err error) bool {
-		if iqn, tpg, np, perr := configfs.ParsePortalID(ids[i]); perr == nil {
+		// done is told only of a parsed id: its parts are names.
+		if iqn, tpg, np, ok := configfs.SplitPortalID(ids[i]); ok {
 			m.mu.Lock()
-			m.touchAttr(filepath.Join(m.root, "target", "iscsi", iqn, tpg, "np", np, "iser"))
+			m.touchISER(iqn, tpg, np)
 			m.mu.Unlock()
 		}
 		return done(i, was, err)
 	})
+}
+
+// touchISER is touchAttr of the portal's np/<np>/iser, found name by name
+// from the root: a shared portal's heal writes it for each of its
+// sharers, and builds no path for it.
+func (m *Model) touchISER(iqn, tpg, np string) {
+	m.gen++
+	n := m.rootNode
+	for _, name := range [...]string{"target", "iscsi", iqn, tpg, "np", np} {
+		if n == nil {
+			return
+		}
+		n = m.kid(n, name)
+	}
+	if n != nil {
+		n.clear(fAttrs)
+		if k := m.kid(n, "iser"); k != nil {
+			k.clear(fStat)
+		}
+	}
 }
 
 // SetISER is configfs.FS.SetISER; the model marks the portal changed.
@@ -73,7 +94,7 @@ func (m *Model) SetISER(portalID string, on bool) error {
 	defer m.mu.Unlock()
 	err := m.fs.SetISER(portalID, on)
 	if iqn, tpg, np, perr := configfs.ParsePortalID(portalID); perr == nil {
-		m.touchAttr(filepath.Join(m.root, "target", "iscsi", iqn, tpg, "np", np, "iser"))
+		m.touchISER(iqn, tpg, np)
 	}
 	return err
 }
