@@ -19,6 +19,19 @@ import (
 // most watches per portal) on tmpfs when there is one.
 func benchTree(b *testing.B, n int) *configfstest.Fake {
 	b.Helper()
+	k := configfstest.NewAt(shmDir(b), binder{})
+	k.AddSubsystem("nqn.2014-08.org.example:a")
+	for i := range n {
+		k.AddPort(fmt.Sprint(i+1), "rdma", "ipv4", benchAddr(i), "4420")
+		k.AddPortal(fmt.Sprintf("iqn.2003-01.org.example:t%d", i), "tpgt_1", benchAddr(i)+":3260")
+	}
+	return k
+}
+
+// shmDir is a directory of the benchmark's own on tmpfs when there is
+// one, removed at its end.
+func shmDir(b *testing.B) string {
+	b.Helper()
 	base := ""
 	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
 		base = "/dev/shm"
@@ -28,13 +41,7 @@ func benchTree(b *testing.B, n int) *configfstest.Fake {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { os.RemoveAll(root) })
-	k := configfstest.NewAt(root, binder{})
-	k.AddSubsystem("nqn.2014-08.org.example:a")
-	for i := range n {
-		k.AddPort(fmt.Sprint(i+1), "rdma", "ipv4", benchAddr(i), "4420")
-		k.AddPortal(fmt.Sprintf("iqn.2003-01.org.example:t%d", i), "tpgt_1", benchAddr(i)+":3260")
-	}
-	return k
+	return root
 }
 
 func benchAddr(i int) string { return fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255) }
@@ -278,16 +285,7 @@ func BenchmarkPortLinks(b *testing.B) {
 func BenchmarkSharerZeros(b *testing.B) {
 	for _, via := range []string{"model", "fs"} {
 		b.Run(via, func(b *testing.B) {
-			base := ""
-			if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
-				base = "/dev/shm"
-			}
-			root, err := os.MkdirTemp(base, "watch-bench-")
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { os.RemoveAll(root) })
-			k := configfstest.NewAt(root, binder{})
+			k := configfstest.NewAt(shmDir(b), binder{})
 			ids := make([]string, 256)
 			for i := range ids {
 				iqn := fmt.Sprintf("iqn.2010-10.org.openstack:volume-%08d-aaaa-bbbb-cccc-dddddddddddd", i)
