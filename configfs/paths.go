@@ -21,7 +21,7 @@ func ISERPath(root, portalID string) string {
 	if err != nil {
 		return ""
 	}
-	return NewWithOps(root, nil).iscsi(iqn, tpg, "np", np, "iser")
+	return NewWithOps(root, nil).iserPath(iqn, tpg, np)
 }
 
 // Magic is CONFIGFS_MAGIC (include/uapi/linux/magic.h), configfs's
