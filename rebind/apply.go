@@ -28,7 +28,12 @@ var ErrCrashed = errors.New("stopped at a fault point")
 // heals done are removed in one batch at the end. It returns the heals
 // written, for verification; an error only for ctx or a fault point.
 // obs is what the heals were planned from.
-func (e *Engine) apply(ctx context.Context, heals []Heal, obs *Observed) ([]pending, error) {
+func (e *Engine) apply(ctx context.Context, heals []Heal, obs *Observed) (_ []pending, err error) {
+	defer func() {
+		if !errors.Is(err, ErrCrashed) {
+			e.durable()
+		}
+	}()
 	start, j0 := time.Now(), e.stats.JournalTime
 	var batches time.Duration // in journalBatch: the preconditions and the journal writes
 	pre := map[int]putResult{}
@@ -168,6 +173,23 @@ func (e *Engine) journalBatch(heals []Heal, first int, out map[int]putResult, as
 	return nil
 }
 
+// durable makes the journal entries written so far durable (Store.Sync;
+// state's "Visible, then durable"): after a heal's binding write, and at
+// the end of apply. A failure is logged: the entries are still where a
+// restarted daemon reads them, and the next journal write syncs them
+// first.
+func (e *Engine) durable() {
+	if e.opt.Store == nil || e.opt.DryRun {
+		return
+	}
+	t := time.Now()
+	err := e.opt.Store.Sync()
+	e.stats.JournalTime += time.Since(t)
+	if err != nil {
+		e.log.Warn("journal entries not durable yet; the next journal write syncs them", "err", err)
+	}
+}
+
 // passing is what a precondition says of its step now.
 type passing int
 
@@ -239,6 +261,7 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 		}
 	}
 	tm.last = time.Now() // the first write's start
+	synced := false      // the round's journal entries made durable (after the binding write)
 	var deletes []Key
 	var failed []error // links refused one by one
 	var nUnlink, nLink, nOff, nOn int
@@ -246,6 +269,12 @@ func (e *Engine) execute(h Heal, pre putResult, tm *healTimes) ([]Key, error) {
 	for i, s := range h.Steps {
 		if i < runEnd || skip[s.Key] && s.Op != OpJournalDelete {
 			continue
+		}
+		if !synced && !tm.firstOn.IsZero() {
+			// The listener is back: now the journal's fsyncs, which
+			// the writes before it did not wait for.
+			e.durable()
+			synced = true
 		}
 		switch s.Op {
 		case OpJournalPut:

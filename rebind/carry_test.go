@@ -177,6 +177,8 @@ func (s *memStore) DeleteAll(ks []Key) error {
 	return nil
 }
 
+func (s *memStore) Sync() error { return nil }
+
 func (s *memStore) Load() (map[Key]Intent, []error) { return maps.Clone(s.intents), nil }
 
 func (s *memStore) Pins() (map[Key]uint64, error) { return maps.Clone(s.pins), nil }

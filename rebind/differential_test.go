@@ -511,6 +511,14 @@ func (s *loggedStore) DeleteAll(ks []rebind.Key) error {
 	return err
 }
 
+func (s *loggedStore) Sync() error {
+	err := s.Store.Sync()
+	s.mu.Lock()
+	s.log = append(s.log, fmt.Sprintf("sync: %v", err))
+	s.mu.Unlock()
+	return err
+}
+
 func (s *loggedStore) take() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

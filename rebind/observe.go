@@ -60,9 +60,13 @@ type Tree interface {
 
 // Store keeps the intent journal and the device pins (rebind/state).
 type Store interface {
-	// PutAll writes intents durably before the first configfs write they
-	// cover (the sharers of an endpoint in one batch: one directory sync).
+	// PutAll writes intents where a restarted daemon reads them, before
+	// the first configfs write they cover (the sharers of an endpoint in
+	// one batch), and syncs nothing of them; Sync makes them durable.
 	PutAll([]Intent) error
+	// Sync makes durable what PutAll wrote: once a heal's listener is
+	// back, and before the round ends (apply).
+	Sync() error
 	// DeleteAll removes the intents of keys; missing ones are no error.
 	DeleteAll([]Key) error
 	// Load reads every intent and changes nothing; unreadable entries are

@@ -96,6 +96,15 @@ func snapshot(t *testing.T, dir string) map[string]string {
 	return out
 }
 
+// putSynced is PutAll then Sync: a batch as a round leaves it (the
+// engine syncs once the heal's listener is back, and at the round's end).
+func putSynced(s *state.Store, ins []rebind.Intent) error {
+	if err := s.PutAll(ins); err != nil {
+		return err
+	}
+	return s.Sync()
+}
+
 func open(t *testing.T, dir string) *state.Store {
 	t.Helper()
 	s, err := state.Open(dir)
@@ -236,7 +245,7 @@ func TestNewestWins(t *testing.T) {
 							return nil
 						})
 					}
-					err := s.PutAll(st.put)
+					err := putSynced(s, st.put)
 					restore()
 					if (err != nil) != st.keep {
 						t.Fatalf("step %d: %v", i, err)
@@ -313,7 +322,7 @@ func TestJournalCrashAtEveryOperation(t *testing.T) {
 			for n := 1; ; n++ {
 				done := crashAt(t, n, tt.steps, tt.states, func(s *state.Store, st step) error {
 					if st.put != nil {
-						return s.PutAll(st.put)
+						return putSynced(s, st.put)
 					}
 					return s.DeleteAll(st.del)
 				}, func(st step) bool { return st.put != nil })
@@ -332,8 +341,11 @@ func TestJournalCrashAtEveryOperation(t *testing.T) {
 
 // crashAt runs steps with a crash at the n-th file operation, then checks
 // the journal with every subset of the operations since the last directory
-// sync lost. It tells whether the steps ran to their end (n is past the
-// last operation).
+// sync lost, and every subset of the files renamed into place without
+// their fsync torn (kept empty: a host crash can keep a rename and lose
+// the content; Clean must move them aside, and the batch read as none of
+// it). It tells whether the steps ran to their end (n is past the last
+// operation).
 func crashAt[S any](t *testing.T, n int, steps []S, states []map[rebind.Key]string, run func(*state.Store, S) error, isPut func(S) bool) bool {
 	t.Helper()
 	// undo restores a file as it was before a rename or unlink.
@@ -346,15 +358,28 @@ func crashAt[S any](t *testing.T, n int, steps []S, states []map[rebind.Key]stri
 	s := open(t, dir)
 	ops := 0
 	var unsynced []undo
+	// loose: paths whose new content is written and not fsynced; the
+	// renamed ones of them can be torn.
+	loose, renamed := map[string]bool{}, map[string]bool{}
 	restore := state.SetFault(s, func(op, path string) error {
 		ops++
 		if ops == n {
 			return fmt.Errorf("crash at %s %s", op, path)
 		}
 		switch op {
+		case "temp":
+			loose[path] = true
+		case "fsync":
+			delete(loose, path)
+			delete(renamed, path)
 		case "rename", "unlink":
 			b, err := os.ReadFile(path)
 			unsynced = append(unsynced, undo{path, err == nil, b})
+			if op == "rename" && loose[path] {
+				renamed[path] = true
+			} else {
+				delete(renamed, path)
+			}
 		case "syncdir":
 			unsynced = nil
 		}
@@ -368,10 +393,12 @@ func crashAt[S any](t *testing.T, n int, steps []S, states []map[rebind.Key]stri
 	}
 	restore()
 	if step == len(steps) {
-		unsynced = nil // no crash: every write durable
+		unsynced, renamed = nil, nil // no crash: every write durable
 	}
-	for lost := range 1 << len(unsynced) {
-		name := fmt.Sprintf("crash at operation %d (step %d), unsynced %d lost %b", n, step, len(unsynced), lost)
+	tearable := slices.Sorted(maps.Keys(renamed))
+	for variant := range 1 << (len(unsynced) + len(tearable)) {
+		lost, torn := variant&(1<<len(unsynced)-1), variant>>len(unsynced)
+		name := fmt.Sprintf("crash at operation %d (step %d), unsynced %d lost %b, torn %b of %d", n, step, len(unsynced), lost, torn, len(tearable))
 		d := filepath.Join(t.TempDir(), "state")
 		if err := os.CopyFS(d, os.DirFS(dir)); err != nil {
 			t.Fatal(err)
@@ -389,13 +416,28 @@ func crashAt[S any](t *testing.T, n int, steps []S, states []map[rebind.Key]stri
 				t.Fatal(err)
 			}
 		}
+		// A torn file: its rename kept (not undone above), its content not.
+		var tornNames []string
+		for i, path := range tearable {
+			p := filepath.Join(d, strings.TrimPrefix(path, dir))
+			if torn&(1<<i) == 0 {
+				continue
+			}
+			if _, err := os.Stat(p); err != nil {
+				continue // its rename was lost: nothing to tear
+			}
+			if err := os.WriteFile(p, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			tornNames = append(tornNames, filepath.Base(p))
+		}
 		r := open(t, d)
 		moved, err := r.Clean()
-		if err != nil || len(moved) != 0 {
-			t.Errorf("%s: Clean: %v %v", name, moved, err)
+		if err != nil || len(moved) != len(tornNames) {
+			t.Errorf("%s: Clean: %v %v, want %q moved aside", name, moved, err, tornNames)
 		}
 		for _, f := range names(t, d) {
-			if !batchRe.MatchString(f) {
+			if !batchRe.MatchString(f) && !slices.Contains(tornNames, strings.TrimSuffix(f, ".corrupt")) {
 				t.Errorf("%s: %s left after Clean", name, f)
 			}
 		}
@@ -434,7 +476,7 @@ func crashAt[S any](t *testing.T, n int, steps []S, states []map[rebind.Key]stri
 		if err := r.DeleteAll(all); err != nil {
 			t.Errorf("%s: DeleteAll after the restart: %v", name, err)
 		}
-		if f := names(t, d); len(f) != 0 {
+		if f := slices.DeleteFunc(names(t, d), func(f string) bool { return strings.HasSuffix(f, ".corrupt") }); len(f) != 0 {
 			t.Errorf("%s: journal after deleting everything: %q", name, f)
 		}
 	}
@@ -463,7 +505,7 @@ func TestSupersededFilesGo(t *testing.T) {
 		if err := s.PutAll(ins[:1]); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.PutAll(ins[1:]); err != nil {
+		if err := putSynced(s, ins[1:]); err != nil {
 			t.Fatal(err)
 		}
 		if got := addrs(t, state.OpenReadOnly(dir)); !maps.Equal(got, want) {
@@ -484,7 +526,7 @@ func TestSupersededFilesGo(t *testing.T) {
 		if err := s.PutAll([]rebind.Intent{nv("1", "x")}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.PutAll([]rebind.Intent{nv("2", "x"), nv("3", "x"), nv("4", "x")}); err != nil {
+		if err := putSynced(s, []rebind.Intent{nv("2", "x"), nv("3", "x"), nv("4", "x")}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -542,7 +584,7 @@ func testOldFormatJournal(t *testing.T, keep bool) {
 			return nil
 		})
 	}
-	err := s.PutAll([]rebind.Intent{nv("1", "new"), nv("2", "new")})
+	err := putSynced(s, []rebind.Intent{nv("1", "new"), nv("2", "new")})
 	restore()
 	if (err != nil) != keep {
 		t.Fatal(err)
@@ -714,3 +756,73 @@ func TestReadOnlyJournal(t *testing.T) {
 		t.Errorf("read-only Load created %s", none)
 	}
 }
+
+// TestPutAllVisibleThenDurable: PutAll renames its batch into place and
+// syncs nothing of it, so the heal's first configfs write waits for no
+// disk; a restarted daemon (the store opened again, the files as the page
+// cache has them) reads the batch whole; Sync fsyncs the file, then the
+// directory; a PutAll with a batch still short of its sync syncs that one
+// first.
+func TestPutAllVisibleThenDurable(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	var ops []string
+	defer state.SetFault(s, func(op, path string) error {
+		ops = append(ops, op+" "+filepath.Base(path))
+		return nil
+	})()
+	take := func() []string { o := ops; ops = nil; return o }
+	a := batch(1, 3, "A")
+	if err := s.PutAll(a); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := take(), []string{"temp " + batchName(1), "rename " + batchName(1)}; !slices.Equal(got, want) {
+		t.Errorf("PutAll: %q, want %q (no fsync)", got, want)
+	}
+	if got, want := addrs(t, open(t, dir)), map[rebind.Key]string{nk("1"): "A", nk("2"): "A", nk("3"): "A"}; !maps.Equal(got, want) {
+		t.Errorf("after PutAll, restarted: %v, want %v", got, want)
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := take(), []string{"fsync " + batchName(1), "syncdir journal"}; !slices.Equal(got, want) {
+		t.Errorf("Sync: %q, want %q", got, want)
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got := take(); len(got) != 0 {
+		t.Errorf("Sync with nothing written: %q, want nothing", got)
+	}
+	// B is left short of its sync: C's PutAll makes it durable first.
+	if err := s.PutAll(batch(4, 5, "B")); err != nil {
+		t.Fatal(err)
+	}
+	take()
+	if err := s.PutAll(batch(1, 3, "C")); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := take(), []string{"fsync " + batchName(2), "syncdir journal", "temp " + batchName(3), "rename " + batchName(3)}; !slices.Equal(got, want) {
+		t.Errorf("PutAll with B unsynced: %q, want %q", got, want)
+	}
+	// A is superseded by C: it goes once C is durable, not before.
+	if f := names(t, dir); !slices.Contains(f, batchName(1)) {
+		t.Errorf("A gone before C is durable: %q", f)
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := take(), []string{"fsync " + batchName(3), "syncdir journal", "unlink " + batchName(1), "syncdir journal"}; !slices.Equal(got, want) {
+		t.Errorf("Sync of C: %q, want %q", got, want)
+	}
+}
+
+func batch(from, to int, v string) []rebind.Intent {
+	var ins []rebind.Intent
+	for i := from; i <= to; i++ {
+		ins = append(ins, nv(strconv.Itoa(i), v))
+	}
+	return ins
+}
+
+func batchName(seq int) string { return fmt.Sprintf("batch-%020d.json", seq) }

@@ -2,7 +2,8 @@
 // /var/lib/nvmet-rebind): the intent journal (journal/, the configfs
 // objects being rebound) and the device pins (pins.json). One fsync
 // discipline for all: write a temp file, fsync it, rename it over the
-// file, fsync the directory.
+// file, fsync the directory. A journal batch takes its fsyncs later
+// (PutAll, then Sync): see "Visible, then durable" below.
 //
 // The journal holds two kinds of files:
 //
@@ -15,8 +16,24 @@
 //     several intents writes them all in one file,
 //     {"version":1,"seq":<seq>,"intents":[<intent>,...]} (one intent a
 //     line), each intent checked as a single entry is. One temp file, one
-//     fsync, one rename, one directory fsync: a crash leaves the whole
-//     batch or none of it.
+//     rename; Sync then fsyncs the file and the directory.
+//
+// Visible, then durable. PutAll writes and renames, and syncs nothing:
+// the intents are where a restarted daemon reads them before the first
+// configfs write they cover, and a crash of the daemon (killed, a panic,
+// the OOM killer, a restart) keeps them, since the kernel's page cache
+// outlives the process. Sync makes them durable: the engine calls it
+// once the heal's listener is back (its first binding write) and before
+// the round ends, so the heal's zeros or unlinks do not wait for a disk.
+// What Sync has not yet covered is lost only with the host (a power cut,
+// a kernel crash), and with it the configfs state the intents describe:
+// the boot's restore makes configfs again from the saved configs. A
+// file so lost is gone (its rename not kept) or torn (kept without its
+// content); a torn file is unreadable, and Clean moves it aside: either
+// way the batch reads as none of it, and its keys as before it. Every
+// other journal write (DeleteAll's, a PutAll's sync of the batch before
+// it) is durable when it returns, and a batch's superseded files go only
+// once it is durable.
 //
 // A key may be in several files (put again before its entries were
 // removed). The newest write wins, by this order: every single entry is
@@ -92,7 +109,8 @@ var ErrReadOnly = errors.New("state directory opened read-only")
 
 // faultAt calls the store's fault hook (tests: SetFault) before each file
 // operation of the journal ("temp": a temp file written but not synced,
-// "rename", "unlink", "syncdir"); an error stands for a crash there: that
+// "fsync" of the file that will be or was renamed to path, "rename",
+// "unlink", "syncdir"); an error stands for a crash there: that
 // operation and everything after it in the call is not done (a temp file
 // stays, for Clean).
 func (s *Store) faultAt(op, path string) error {
@@ -112,6 +130,11 @@ type Store struct {
 	// the next write); under mu with every journal operation of the writer.
 	mu sync.Mutex
 	ix *index
+	// unsynced: journal files PutAll wrote (renamed into place) that
+	// Sync has not made durable yet; fresh, the keys they hold, whose
+	// superseded files go once they are durable (prune). Under mu.
+	unsynced []string
+	fresh    []rebind.Key
 
 	fault func(op, path string) error // tests only (SetFault): a crash at a file operation
 
@@ -207,13 +230,12 @@ func keyOf(in rebind.Intent) rebind.Key { return rebind.Key{Kind: in.Kind, ID: i
 // Put writes an intent durably, before the first configfs write it covers.
 func (s *Store) Put(in rebind.Intent) error { return s.PutAll([]rebind.Intent{in}) }
 
-// PutAll writes intents durably, before the first configfs write any of
-// them covers: one intent as a single entry (or a batch of one when a batch
-// holds its key), several as one batch file. A crash before the directory
-// sync keeps all of them or none: nothing was written to configfs yet.
-// Then the files a batch leaves with no newest write of any key go (see
-// prune); an error there is returned too (the batch is durable: the heals
-// it covers stop, and the next round finds their entries).
+// PutAll writes intents where a restarted daemon reads them, before the
+// first configfs write any of them covers: one intent as a single entry
+// (or a batch of one when a batch holds its key), several as one batch
+// file. It syncs nothing of them (Sync does; see "Visible, then durable"),
+// but first makes durable what an earlier PutAll left to Sync: at most
+// one batch is ever short of its sync.
 func (s *Store) PutAll(ins []rebind.Intent) error {
 	if s.readOnly {
 		return ErrReadOnly
@@ -239,6 +261,9 @@ func (s *Store) PutAll(ins []rebind.Intent) error {
 	label := keysLabel(keys)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.sync(); err != nil {
+		return fmt.Errorf("journal %s: %w", label, err)
+	}
 	ix, err := s.index()
 	if err != nil {
 		return fmt.Errorf("journal %s: %w", label, err)
@@ -254,13 +279,11 @@ func (s *Store) PutAll(ins []rebind.Intent) error {
 		if err != nil {
 			return fmt.Errorf("journal %s: %w", label, err)
 		}
-		if err := s.replaceFile(s.journal, s.file(keys[0]), b); err != nil {
-			return fmt.Errorf("journal %s: %w", label, err)
-		}
-		if err := s.syncDir(s.journal); err != nil {
+		if err := s.replaceFile(s.journal, s.file(keys[0]), b, false); err != nil {
 			return fmt.Errorf("journal %s: %w", label, err)
 		}
 		ix.singles[singleName(keys[0])] = true
+		s.unsynced = append(s.unsynced, s.file(keys[0]))
 		ok = true
 		return nil
 	}
@@ -271,17 +294,73 @@ func (s *Store) PutAll(ins []rebind.Intent) error {
 		return fmt.Errorf("journal %s: %w", label, err)
 	}
 	name := batchName(seq)
-	if err := s.replaceFile(s.journal, filepath.Join(s.journal, name), b); err != nil {
-		return fmt.Errorf("journal %s: %w", label, err)
-	}
-	if err := s.syncDir(s.journal); err != nil {
+	if err := s.replaceFile(s.journal, filepath.Join(s.journal, name), b, false); err != nil {
 		return fmt.Errorf("journal %s: %w", label, err)
 	}
 	ix.batches = append(ix.batches, &jfile{name: name, seq: seq, ins: list})
-	if err := s.prune(ix, keys); err != nil {
-		return fmt.Errorf("journal %s: %w", label, err)
-	}
+	s.unsynced, s.fresh = append(s.unsynced, filepath.Join(s.journal, name)), keys
 	ok = true
+	return nil
+}
+
+// Sync makes durable what PutAll wrote since the last Sync: each file
+// fsynced, then the directory; then the files the batch left with no
+// newest write of any key go (prune). On an error what is left to do
+// stays, for the next Sync, PutAll or DeleteAll.
+func (s *Store) Sync() error {
+	if s.readOnly {
+		return ErrReadOnly
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.sync(); err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	return nil
+}
+
+// sync is Sync under s.mu.
+func (s *Store) sync() error {
+	if len(s.unsynced) == 0 {
+		return nil
+	}
+	for _, path := range s.unsynced {
+		if err := s.fsync(path); err != nil {
+			return err
+		}
+	}
+	if err := s.syncDir(s.journal); err != nil {
+		return err
+	}
+	s.unsynced = nil
+	ix, err := s.index()
+	if err == nil {
+		err = s.prune(ix, s.fresh)
+	}
+	if err != nil {
+		s.ix = nil // what is on disk is not known: read it again
+		return err
+	}
+	s.fresh = nil
+	return nil
+}
+
+// fsync syncs the file at path (written by PutAll, renamed into place).
+func (s *Store) fsync(path string) error {
+	if err := s.faultAt("fsync", path); err != nil {
+		return err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
 	return nil
 }
 
@@ -408,6 +487,9 @@ func (s *Store) DeleteAll(keys []rebind.Key) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := s.sync(); err != nil {
+		return fmt.Errorf("journal %s: %w", keysLabel(keys), err)
+	}
 	ix, err := s.index()
 	if err != nil {
 		return fmt.Errorf("journal %s: %w", keysLabel(keys), err)
@@ -477,7 +559,7 @@ func (s *Store) DeleteAll(keys []rebind.Key) error {
 		if c.batch != nil && len(c.keep) > 0 {
 			b, err := marshalBatch(c.batch.seq, c.keep)
 			if err == nil {
-				err = s.replaceFile(s.journal, path, b)
+				err = s.replaceFile(s.journal, path, b, true)
 			}
 			if err != nil {
 				return fmt.Errorf("journal %s: %w", keysLabel(c.keys), err)
@@ -518,15 +600,15 @@ func (s *Store) writeFile(dir, path string, b []byte) error {
 	if s.readOnly {
 		return ErrReadOnly
 	}
-	if err := s.replaceFile(dir, path, b); err != nil {
+	if err := s.replaceFile(dir, path, b, true); err != nil {
 		return err
 	}
 	return s.syncDir(dir)
 }
 
-// replaceFile writes b to a temp file in dir, fsyncs it and renames it to
-// path; the caller syncs dir.
-func (s *Store) replaceFile(dir, path string, b []byte) error {
+// replaceFile writes b to a temp file in dir, fsyncs it when durable, and
+// renames it to path; the caller syncs dir.
+func (s *Store) replaceFile(dir, path string, b []byte, durable bool) error {
 	f, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
 		return err
@@ -538,7 +620,13 @@ func (s *Store) replaceFile(dir, path string, b []byte) error {
 			f.Close()
 			return err // a crash: the temp file stays
 		}
-		werr = f.Sync()
+		if durable {
+			if err := s.faultAt("fsync", path); err != nil {
+				f.Close()
+				return err
+			}
+			werr = f.Sync()
+		}
 	}
 	if cerr := f.Close(); werr == nil {
 		werr = cerr

@@ -76,7 +76,9 @@ func TestPutAllNamesTheKey(t *testing.T) {
 		{"batch, journal is a file", 256, "", "journal nvmet port 7 and 255 more: "},
 		{"one, rename fails", 1, "rename", "journal nvmet port 7: "},
 		{"batch, rename fails", 256, "rename", "journal nvmet port 7 and 255 more: "},
-		{"batch, sync fails", 256, "syncdir", "journal nvmet port 7 and 255 more: "},
+		// The sync of the batch before (PutAll makes it durable first).
+		{"batch, sync of the one before fails", 256, "syncdir", "journal nvmet port 7 and 255 more: "},
+		{"batch, fsync of the one before fails", 256, "fsync", "journal nvmet port 7 and 255 more: "},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -93,6 +95,9 @@ func TestPutAllNamesTheKey(t *testing.T) {
 					t.Fatal(err)
 				}
 			} else {
+				if err := s.PutAll([]rebind.Intent{nv("1", "before")}); err != nil {
+					t.Fatal(err)
+				}
 				defer state.SetFault(s, func(op, path string) error {
 					if op == tt.fault {
 						return errors.New("injected")
