@@ -54,7 +54,10 @@
 //     shared portal's other sharers are written side by side
 //     (attachISERs, Options.ISERWriters); a port's unlinks are one call
 //     (Tree.UnlinkAll), and so are its links (Tree.RelinkAll), each still
-//     counted, judged and fault-pointed as it goes.
+//     counted, judged and fault-pointed as it goes. The journal batch is
+//     synced (Store.Sync) once the heal's binding write is made, and at
+//     the end of apply: the writes before it wait for no disk (state's
+//     "Visible, then durable").
 //   - verify (verify.go): pure, over the verdicts of an observation made
 //     after the writes, and what the plan of that observation expects
 //     there (expected); the endpoints it changed are selected and planned

@@ -23,8 +23,8 @@ type Stats struct {
 	// the one before.
 	ReconcileTime, WriteTime time.Duration
 	Writes                   uint64
-	// JournalTime is the time spent writing and removing intent journal
-	// entries (fsync'd).
+	// JournalTime is the time spent writing, syncing and removing intent
+	// journal entries.
 	JournalTime time.Duration
 }
 

@@ -11,7 +11,7 @@ type Op int
 
 // Steps a heal is made of.
 const (
-	OpJournalPut    Op = iota // write Step.Intent to the journal (fsync'd)
+	OpJournalPut    Op = iota // write Step.Intent to the journal (synced once the listener is back: apply's durable)
 	OpUnlink                  // remove port Key's link Step.Link
 	OpLink                    // link Step.Link into port Key
 	OpSetISER                 // write Step.On to portal Key's iser

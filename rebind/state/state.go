@@ -227,7 +227,7 @@ func keysLabel(keys []rebind.Key) string {
 
 func keyOf(in rebind.Intent) rebind.Key { return rebind.Key{Kind: in.Kind, ID: in.ID} }
 
-// Put writes an intent durably, before the first configfs write it covers.
+// Put is PutAll of one intent (synced by the next Sync, PutAll or DeleteAll).
 func (s *Store) Put(in rebind.Intent) error { return s.PutAll([]rebind.Intent{in}) }
 
 // PutAll writes intents where a restarted daemon reads them, before the
