@@ -130,10 +130,12 @@ type Store struct {
 	// the next write); under mu with every journal operation of the writer.
 	mu sync.Mutex
 	ix *index
-	// unsynced: journal files PutAll wrote (renamed into place) that
-	// Sync has not made durable yet; fresh, the keys they hold, whose
-	// superseded files go once they are durable (prune). Under mu.
-	unsynced []string
+	// unsynced: the journal file the last PutAll wrote (renamed into
+	// place) while Sync has not made it durable ("": none; a PutAll
+	// syncs the one before it first, so there is at most one); fresh,
+	// the keys of that batch, whose superseded files go once it is
+	// durable (prune). Under mu.
+	unsynced string
 	fresh    []rebind.Key
 
 	fault func(op, path string) error // tests only (SetFault): a crash at a file operation
@@ -283,7 +285,7 @@ func (s *Store) PutAll(ins []rebind.Intent) error {
 			return fmt.Errorf("journal %s: %w", label, err)
 		}
 		ix.singles[singleName(keys[0])] = true
-		s.unsynced = append(s.unsynced, s.file(keys[0]))
+		s.unsynced = s.file(keys[0])
 		ok = true
 		return nil
 	}
@@ -298,69 +300,8 @@ func (s *Store) PutAll(ins []rebind.Intent) error {
 		return fmt.Errorf("journal %s: %w", label, err)
 	}
 	ix.batches = append(ix.batches, &jfile{name: name, seq: seq, ins: list})
-	s.unsynced, s.fresh = append(s.unsynced, filepath.Join(s.journal, name)), keys
+	s.unsynced, s.fresh = filepath.Join(s.journal, name), keys
 	ok = true
-	return nil
-}
-
-// Sync makes durable what PutAll wrote since the last Sync: each file
-// fsynced, then the directory; then the files the batch left with no
-// newest write of any key go (prune). On an error what is left to do
-// stays, for the next Sync, PutAll or DeleteAll.
-func (s *Store) Sync() error {
-	if s.readOnly {
-		return ErrReadOnly
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.sync(); err != nil {
-		return fmt.Errorf("journal: %w", err)
-	}
-	return nil
-}
-
-// sync is Sync under s.mu.
-func (s *Store) sync() error {
-	if len(s.unsynced) == 0 {
-		return nil
-	}
-	for _, path := range s.unsynced {
-		if err := s.fsync(path); err != nil {
-			return err
-		}
-	}
-	if err := s.syncDir(s.journal); err != nil {
-		return err
-	}
-	s.unsynced = nil
-	ix, err := s.index()
-	if err == nil {
-		err = s.prune(ix, s.fresh)
-	}
-	if err != nil {
-		s.ix = nil // what is on disk is not known: read it again
-		return err
-	}
-	s.fresh = nil
-	return nil
-}
-
-// fsync syncs the file at path (written by PutAll, renamed into place).
-func (s *Store) fsync(path string) error {
-	if err := s.faultAt("fsync", path); err != nil {
-		return err
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", path, err)
-	}
 	return nil
 }
 
